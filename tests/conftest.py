@@ -1,0 +1,228 @@
+"""Shared fixtures: the frozen clock, configs, a real store, signed deliveries, servers."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pykka
+import pytest
+from falcon import testing
+from freezegun import freeze_time
+from pydantic import SecretStr
+
+from wakeline.admission import AdmissionWriter
+from wakeline.app import Service, build_service
+from wakeline.clock import SystemClock, to_ms
+from wakeline.config import Config, parse_config
+from wakeline.http.ingress import create_ingress_app
+from wakeline.http.operator import create_operator_app
+from wakeline.inbox import Inbox
+from wakeline.metrics import Metrics
+from wakeline.models.store import Store
+from wakeline.providers.linear.adapter import LinearWebhooks
+from wakeline.providers.linear.signature import sign
+from wakeline.secrets import Secrets
+from wakeline.tokens import TokenRegistry
+
+WEBHOOK_SECRET = "test-webhook-secret-0123456789abcdef"
+OPERATOR_TOKEN = "test-operator-token-0123456789abcdef"
+LINEAR_KEY = "lin_api_TESTKEY0123456789abcdefghijkl"
+ORG = "org-test"
+FROZEN_AT = "2026-11-29T12:00:00Z"
+
+
+@pytest.fixture(autouse=True)
+def _stop_actors() -> Iterator[None]:
+    """No actor outlives its test."""
+    yield
+    pykka.ActorRegistry.stop_all()
+
+
+@pytest.fixture
+def frozen() -> Iterator[Any]:
+    """The frozen clock: `frozen.tick(seconds)` moves it."""
+    with freeze_time(FROZEN_AT) as frozen_time:
+        yield frozen_time
+
+
+@pytest.fixture
+def clock() -> SystemClock:
+    """The service clock (reads the standard library, which freezegun patches)."""
+    return SystemClock()
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., Config]:
+    """Build a Config rooted in tmp_path, with free ports; keyword sections override."""
+
+    def make(**overrides: Any) -> Config:
+        raw: dict[str, Any] = {
+            "state_dir": "state",
+            "server": {"webhook_host": "127.0.0.1", "webhook_port": 0, "operator_port": 0,
+                       "threads": 4},
+        }
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(raw.get(key), dict):
+                raw[key] = {**raw[key], **value}
+            else:
+                raw[key] = value
+        return parse_config(raw, tmp_path)
+
+    return make
+
+
+@pytest.fixture
+def config(make_config: Callable[..., Config]) -> Config:
+    """The default test config: one agent route for ENG, one issue route for OPS."""
+    return make_config(
+        routes=[
+            {"name": "eng", "teams": ["ENG"], "mode": "agent"},
+            {"name": "ops", "teams": ["OPS"], "mode": "issue"},
+        ]
+    )
+
+
+@pytest.fixture
+def secrets() -> Secrets:
+    """Known test secrets."""
+    return Secrets(
+        webhook_secret=SecretStr(WEBHOOK_SECRET),
+        linear_api_key=SecretStr(LINEAR_KEY),
+        operator_token=SecretStr(OPERATOR_TOKEN),
+    )
+
+
+@pytest.fixture
+def store(config: Config, clock: SystemClock) -> Iterator[Store]:
+    """A real SQLite store in tmp_path."""
+    s = Store.open(config.database_path, clock)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def writer(store: Store) -> Iterator[AdmissionWriter]:
+    """A running admission writer over the store."""
+    w = AdmissionWriter(store)
+    w.start()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def ingress(config: Config, writer: AdmissionWriter, clock: SystemClock) -> testing.TestClient:
+    """falcon TestClient of the public app, over a real store and writer."""
+    webhooks = LinearWebhooks(WEBHOOK_SECRET, freshness_seconds=config.linear.freshness_seconds,
+                              organization_id=config.linear.organization_id)
+    return testing.TestClient(create_ingress_app(config, webhooks, writer, clock, Metrics()))
+
+
+@pytest.fixture
+def operator(config: Config, store: Store, clock: SystemClock) -> testing.TestClient:
+    """falcon TestClient of the operator app."""
+    inbox = Inbox(store, config.inbox.following)
+    return testing.TestClient(
+        create_operator_app(config, store, inbox, TokenRegistry(OPERATOR_TOKEN), clock, Metrics()),
+        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+    )
+
+
+@pytest.fixture
+def service(config: Config, secrets: Secrets) -> Iterator[Service]:
+    """The whole service on real waitress listeners on 127.0.0.1."""
+    svc = build_service(config, secrets)
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+# --- deliveries ------------------------------------------------------------------------------
+
+
+def now_ms() -> int:
+    """Milliseconds now, by the (possibly frozen) standard clock."""
+    return to_ms(SystemClock().now())
+
+
+def comment_event(issue_id: str = "issue-1", identifier: str = "ENG-1", **extra: Any) -> dict[str, Any]:
+    """A Comment create event as Linear sends it."""
+    body: dict[str, Any] = {
+        "type": "Comment",
+        "action": "create",
+        "organizationId": ORG,
+        "createdAt": "2026-11-29T12:00:00.000Z",
+        "url": f"https://linear.app/test/issue/{identifier}#comment",
+        "actor": {"id": "user-1", "name": "Jane Doe", "email": "jane@example.com", "type": "user"},
+        "data": {
+            "id": f"comment-{uuid.uuid4()}",
+            "body": "Please look at this",
+            "issueId": issue_id,
+            "issue": {"id": issue_id, "identifier": identifier, "title": "Fix the thing"},
+        },
+        "webhookTimestamp": now_ms(),
+    }
+    body.update(extra)
+    return body
+
+
+def issue_event(issue_id: str = "issue-2", identifier: str = "OPS-2", action: str = "update",
+                **extra: Any) -> dict[str, Any]:
+    """An Issue event."""
+    team = identifier.split("-")[0]
+    body: dict[str, Any] = {
+        "type": "Issue",
+        "action": action,
+        "organizationId": ORG,
+        "url": f"https://linear.app/test/issue/{identifier}",
+        "actor": {"id": "user-1", "name": "Jane Doe"},
+        "data": {
+            "id": issue_id,
+            "identifier": identifier,
+            "title": "Rotate the logs",
+            "team": {"id": "team-" + team, "key": team},
+            "state": {"id": "state-todo", "name": "Todo", "type": "unstarted"},
+        },
+        "updatedFrom": {"title": "Old title"},
+        "webhookTimestamp": now_ms(),
+    }
+    body.update(extra)
+    return body
+
+
+def session_event(action: str = "created", session_id: str = "session-1", issue_id: str = "issue-1",
+                  identifier: str = "ENG-1", **extra: Any) -> dict[str, Any]:
+    """An AgentSessionEvent."""
+    body: dict[str, Any] = {
+        "type": "AgentSessionEvent",
+        "action": action,
+        "organizationId": ORG,
+        "agentSession": {
+            "id": session_id,
+            "issue": {"id": issue_id, "identifier": identifier, "title": "Fix the thing",
+                      "team": {"key": identifier.split("-")[0]}},
+            "creator": {"id": "user-1", "name": "Jane Doe"},
+        },
+        "promptContext": "<issue identifier=\"ENG-1\">Fix the thing</issue>",
+        "webhookTimestamp": now_ms(),
+    }
+    if action == "prompted":
+        body["agentActivity"] = {"id": f"act-{uuid.uuid4()}", "content": {"type": "prompt", "body": "go on"}}
+    body.update(extra)
+    return body
+
+
+def signed(body: dict[str, Any] | bytes, *, delivery: str | None = None, secret: str = WEBHOOK_SECRET,
+           signature: str | None = None) -> tuple[bytes, dict[str, str]]:
+    """The raw body and headers of a signed delivery."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "Linear-Signature": signature if signature is not None else sign(secret, raw),
+        "Linear-Delivery": delivery or str(uuid.uuid4()),
+        "Linear-Event": "test",
+    }
+    return raw, headers

@@ -1,0 +1,5 @@
+"""wakeline: let Linear drive command-line coding agents."""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,6 @@
+"""Allow `python -m wakeline`."""
+
+from wakeline.cli import main
+
+if __name__ == "__main__":
+    main()

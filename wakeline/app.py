@@ -1,0 +1,140 @@
+"""The composition root: config in, a running service out.
+
+`build_service` wires every collaborator from a `Config`, `Secrets` and a
+`Clock`; `serve` is the only place that reads the environment and signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Mapping
+
+import pykka
+
+from wakeline.admission import AdmissionWriter
+from wakeline.clock import Clock, SystemClock
+from wakeline.config import Config
+from wakeline.http.ingress import create_ingress_app
+from wakeline.http.operator import create_operator_app
+from wakeline.http.server import Listener
+from wakeline.inbox import Inbox
+from wakeline.logs import setup_logging
+from wakeline.metrics import Metrics
+from wakeline.models.store import Store
+from wakeline.providers.linear.adapter import LinearWebhooks
+from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
+from wakeline.tokens import TokenRegistry
+
+log = logging.getLogger(__name__)
+
+
+def prepare_state(config: Config, environ: Mapping[str, str]) -> Secrets:
+    """Create what is missing (state dir, operator token, webhook secret); read every secret."""
+    config.state_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    create_secret_file(config.operator_token_path, new_token())
+    if not environ.get("WAKELINE_LINEAR_WEBHOOK_SECRET", "").strip():
+        create_secret_file(config.path(config.linear.webhook_secret_file), new_token())
+    return load_secrets(config, dict(environ))
+
+
+@dataclass
+class Service:
+    """Every running part of one wakeline process."""
+
+    config: Config
+    clock: Clock
+    store: Store
+    writer: AdmissionWriter
+    metrics: Metrics
+    tokens: TokenRegistry
+    inbox: Inbox
+    ingress: Listener
+    operator: Listener
+
+    def start(self) -> None:
+        """Start the writer, then both listeners."""
+        self.writer.start()
+        self.ingress.start()
+        self.operator.start()
+        log.info(
+            "wakeline serving",
+            extra={"webhook_url": self.ingress.url, "operator_url": self.operator.url},
+        )
+
+    def stop(self) -> None:
+        """Stop accepting, drain admissions, stop actors, close the store."""
+        self.ingress.stop()
+        self.writer.stop()
+        self.operator.stop()
+        pykka.ActorRegistry.stop_all()
+        self.store.close()
+        log.info("wakeline stopped")
+
+
+def build_service(config: Config, secrets: Secrets, clock: Clock | None = None) -> Service:
+    """Wire a service; nothing runs until `start`."""
+    clock = clock or SystemClock()
+    if secrets.operator_token is None:
+        raise ValueError("an operator token is required (prepare_state creates one)")
+    store = Store.open(config.database_path, clock)
+    metrics = Metrics()
+    tokens = TokenRegistry(secrets.operator_token.get_secret_value())
+    inbox = Inbox(store, config.inbox.following)
+    writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max)
+    webhooks = None
+    if secrets.webhook_secret is not None:
+        webhooks = LinearWebhooks(
+            secrets.webhook_secret.get_secret_value(),
+            freshness_seconds=config.linear.freshness_seconds,
+            organization_id=config.linear.organization_id,
+        )
+    else:
+        log.warning("no webhook secret: every delivery will be refused")
+    server = config.server
+    ingress = Listener(
+        create_ingress_app(config, webhooks, writer, clock, metrics),
+        host=server.webhook_host,
+        port=server.webhook_port,
+        threads=server.threads,
+        max_body_bytes=server.max_body_bytes,
+        name="ingress",
+    )
+    operator = Listener(
+        create_operator_app(
+            config, store, inbox, tokens, clock, metrics,
+            live_actors=lambda: len(pykka.ActorRegistry.get_all()),
+        ),
+        host=server.operator_host,
+        port=server.operator_port,
+        threads=server.threads,
+        max_body_bytes=server.max_body_bytes,
+        name="operator",
+    )
+    return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator)
+
+
+def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
+    """Run until SIGINT or SIGTERM; returns the process exit code."""
+    environ = os.environ if environ is None else environ
+    secrets = prepare_state(config, environ)
+    setup_logging(config.log_level, secrets.values())
+    service = build_service(config, secrets)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    service.start()
+    print(f"wakeline: webhooks on {service.ingress.url}, operator API on {service.operator.url}",
+          flush=True)
+    while not stop.wait(1.0):
+        pass
+    service.stop()
+    return 0

@@ -1,0 +1,199 @@
+"""The `wakeline` command line.
+
+Every command but `init`, `serve`, `replay` and `demo` talks to the running
+process through the operator API. Exit codes: 0 done, 1 refused or failed,
+2 usage or config error, 3 the server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NoReturn
+
+import click
+import requests
+
+from wakeline.client import ApiError, NoToken, OperatorClient, Unreachable
+from wakeline.config import Config, config_path, load_config
+from wakeline.errors import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """Print to stderr and exit with `code`."""
+    click.echo(f"wakeline: {message}", err=True)
+    sys.exit(code)
+
+
+@dataclass
+class Context:
+    """What every command shares: where the config is."""
+
+    config_option: str | None
+
+    @property
+    def path(self) -> Path:
+        """The config file's path (it may not exist)."""
+        return config_path(self.config_option, dict(os.environ))
+
+    def config(self) -> Config:
+        """The loaded config, or exit 2 naming the key at fault."""
+        try:
+            return load_config(self.path, required=self.config_option is not None)
+        except ConfigError as exc:
+            fail(f"config error: {exc.key}: {exc.reason}", EXIT_USAGE)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One operator API call, mapping failures to exit codes."""
+        try:
+            return OperatorClient.from_config(self.config()).request(method, path, **kwargs)
+        except Unreachable as exc:
+            fail(str(exc), EXIT_UNREACHABLE)
+        except NoToken as exc:
+            fail(f"{exc} (run `wakeline init` or `wakeline serve` first)", EXIT_UNREACHABLE)
+        except ApiError as exc:
+            fail(str(exc), EXIT_FAILED)
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
+    """Print the API's JSON with --json, else the readable form."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else human(data))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_option", metavar="PATH", envvar=None,
+              help="Config file (default: $WAKELINE_CONFIG, else ./wakeline.toml).")
+@click.version_option(package_name="wakeline")
+@click.pass_context
+def cli(ctx: click.Context, config_option: str | None) -> None:
+    """Let Linear drive command-line coding agents."""
+    ctx.obj = Context(config_option)
+
+
+@cli.command()
+@pass_ctx
+def init(ctx: Context) -> None:
+    """Write a commented config, the webhook secret and the operator token."""
+    from wakeline.scaffold import init_project
+
+    try:
+        report = init_project(ctx.path)
+    except ConfigError as exc:
+        fail(f"config error: {exc.key}: {exc.reason}", EXIT_USAGE)
+    for label, (path, created) in (
+        ("config", report.config),
+        ("webhook secret", report.webhook_secret),
+        ("operator token", report.operator_token),
+    ):
+        click.echo(f"{label}: {path} ({'created' if created else 'kept'})")
+
+
+@cli.command()
+@pass_ctx
+def serve(ctx: Context) -> None:
+    """Serve the webhook ingress and the operator API until SIGINT/SIGTERM."""
+    from wakeline.app import serve as run
+
+    config = ctx.config()
+    try:
+        code = run(config)
+    except OSError as exc:
+        fail(f"cannot serve: {exc}", EXIT_FAILED)
+    sys.exit(code)
+
+
+def _status_text(data: dict[str, Any]) -> str:
+    conv, fifo = data["conversations"], data["fifo"]
+    return "\n".join([
+        f"wakeline {data['version']}, up {data['uptimeSeconds']:.0f}s",
+        f"following: {'on' if data['following'] else 'off'}",
+        f"conversations: {conv['total']} ({conv['running']} running, {conv['stalled']} stalled, "
+        f"{conv['terminal']} terminal)",
+        f"fifo: {fifo['pending']} pending, {fifo['claimed']} claimed",
+        f"inbox: {data['inbox']['unread']} unread",
+        f"live actors: {data['liveActors']}, threads: {data['threads']}",
+    ])
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def status(ctx: Context, as_json: bool) -> None:
+    """Show the running service's status."""
+    emit(ctx.call("GET", "/v1/status"), as_json, _status_text)
+
+
+def _replay_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    lines = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            fail(f"{path}:{number}: not JSON", EXIT_USAGE)
+        if not isinstance(item, dict):
+            fail(f"{path}:{number}: not a JSON object", EXIT_USAGE)
+        lines.append((number, item))
+    return lines
+
+
+@cli.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--url", help="Webhook URL (default: the configured ingress).")
+@pass_ctx
+def replay(ctx: Context, file: Path, url: str | None) -> None:
+    """Sign and send recorded deliveries with fresh timestamps.
+
+    Each line is a webhook body, or {"body": {...}, "delivery": ID, "event": TYPE}.
+    A line without a delivery id gets a new one.
+    """
+    from wakeline.providers.linear.signature import sign
+    from wakeline.secrets import WEBHOOK_SECRET_ENV, load_secrets
+
+    config = ctx.config()
+    secret = load_secrets(config, dict(os.environ)).webhook_secret
+    if secret is None:
+        fail(f"no webhook secret (set ${WEBHOOK_SECRET_ENV} or run `wakeline init`)", EXIT_USAGE)
+    host = config.server.webhook_host
+    url = url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:" \
+                 f"{config.server.webhook_port}/webhooks/linear"
+    session = requests.Session()
+    failures = 0
+    for number, item in _replay_lines(file):
+        body = item["body"] if isinstance(item.get("body"), dict) else item
+        body = {**body, "webhookTimestamp": int(time.time() * 1000)}
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        delivery = str(item.get("delivery") or uuid.uuid4())
+        headers = {
+            "Content-Type": "application/json",
+            "Linear-Signature": sign(secret.get_secret_value(), raw),
+            "Linear-Delivery": delivery,
+            "Linear-Event": str(item.get("event") or body.get("type", "")),
+        }
+        try:
+            resp = session.post(url, data=raw, headers=headers, timeout=30)
+        except requests.RequestException:
+            fail(f"cannot reach {url}", EXIT_UNREACHABLE)
+        click.echo(f"line {number}: {delivery} -> {resp.status_code} {resp.text.strip()}")
+        failures += resp.status_code != 200
+    if failures:
+        fail(f"{failures} deliveries refused", EXIT_FAILED)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="wakeline")

@@ -1,0 +1,228 @@
+"""The one typed configuration object, loaded from TOML.
+
+Every key has a default, a unit in its name where it has one, and a
+description; `docs/configuration.md` documents each (a test checks it). Paths
+are relative to the directory of the config file (the working directory when
+running on embedded defaults). Secrets are never inline: they come from files
+or the environment, and only `Secrets` ever holds their values.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from wakeline.errors import ConfigError
+
+DEFAULT_CONFIG_NAME = "wakeline.toml"
+CONFIG_ENV = "WAKELINE_CONFIG"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    """Both HTTP listeners."""
+
+    webhook_host: str = Field("0.0.0.0", description="Address of the public webhook listener.")
+    webhook_port: int = Field(
+        8787, ge=0, le=65535, description="Port of the public listener (0 picks a free one)."
+    )
+    operator_host: str = Field(
+        "127.0.0.1", description="Address of the operator API; keep it on loopback."
+    )
+    operator_port: int = Field(
+        8788, ge=0, le=65535, description="Port of the operator API (0 picks a free one)."
+    )
+    threads: int = Field(8, ge=1, le=256, description="Request threads of each listener.")
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, le=64 * 1_048_576, description="Largest webhook body accepted."
+    )
+    admission_batch_max: int = Field(
+        64, ge=1, le=1000, description="Most deliveries the admission writer commits at once."
+    )
+    admission_wait_seconds: float = Field(
+        15.0, gt=0, le=120, description="How long a webhook request waits for its commit (503 after)."
+    )
+
+
+class LinearConfig(_Section):
+    """Linear credentials, webhook checks and identity."""
+
+    webhook_secret_file: str = Field(
+        "var/secrets/linear-webhook-secret",
+        description="File holding the webhook signing secret; $WAKELINE_LINEAR_WEBHOOK_SECRET wins.",
+    )
+    api_key_file: str = Field(
+        "var/secrets/linear-api-key",
+        description="File holding the Linear API key or app token; $WAKELINE_LINEAR_API_KEY wins. "
+        "None means the local backend.",
+    )
+    api_url: str = Field("https://api.linear.app/graphql", description="Linear's GraphQL endpoint.")
+    organization_id: str = Field(
+        "", description="When set, deliveries of any other organization get 403."
+    )
+    freshness_seconds: int = Field(
+        60, ge=1, le=3600, description="Largest distance between the signed timestamp and now."
+    )
+    echo_window_seconds: int = Field(
+        90, ge=0, le=3600, description="How long ids named by our own writes count as echoes."
+    )
+    owner_user_ids: list[str] = Field(
+        default_factory=list, description="Linear user ids that count as the owner."
+    )
+    owner_emails: list[str] = Field(
+        default_factory=list, description="Emails that count as the owner."
+    )
+
+
+class InboxConfig(_Section):
+    """The Linear inbox."""
+
+    following: bool = Field(
+        False, description="Initial value of the follow switch; the persisted runtime switch wins."
+    )
+
+
+class AgentConfig(_Section):
+    """The coding agent that turns run."""
+
+    command: list[str] = Field(
+        default_factory=lambda: ["python", "-m", "wakeline.agents.demo"],
+        min_length=1,
+        description="Argv of the agent; `python` here means wakeline's own interpreter.",
+    )
+    timeout_seconds: int = Field(3600, ge=1, description="A turn running longer is stopped.")
+    heartbeat_seconds: int = Field(
+        1500, ge=1, description="A turn running this long gets a heartbeat thought."
+    )
+    max_concurrent_turns: int = Field(4, ge=1, le=256, description="Turns running at once.")
+
+
+class RouteConfig(_Section):
+    """Which Linear teams (and projects) wake issue conversations, and how."""
+
+    name: str = Field(..., min_length=1, description="A name for logs and the API.")
+    teams: list[str] = Field(default_factory=list, description="Linear team keys served.")
+    mode: Literal["agent", "issue"] = Field(
+        "agent", description='"agent": agent sessions only; "issue": Issue/Comment events too.'
+    )
+    projects: list[str] = Field(
+        default_factory=list, description='Project ids whose events wake turns (mode = "issue").'
+    )
+    repo: str = Field("", description="Optional git repository: one worktree per issue.")
+    command: list[str] | None = Field(
+        None, description="Agent argv for this route; defaults to agent.command."
+    )
+    done_state_id: str = Field("", description="Workflow state id of the managed Done state.")
+    proposed_state_id: str = Field("", description="Workflow state id of the Agent Proposed state.")
+    trust: Literal["private", "public"] = Field(
+        "private", description='"public": turns are tainted (read-only Linear lane).'
+    )
+    reply: Literal["comment", "none"] = Field(
+        "comment", description='mode = "issue": post the answer as a comment, or not.'
+    )
+
+
+def _default_routes() -> list[RouteConfig]:
+    return [RouteConfig(name="default", teams=["ENG"])]
+
+
+class Config(_Section):
+    """The whole configuration. `base_dir` anchors every relative path."""
+
+    state_dir: str = Field(
+        "var", description="SQLite file, journal, tokens and workspaces; relative to the config."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Log level of `wakeline serve`."
+    )
+    server: ServerConfig = Field(default_factory=ServerConfig, description="HTTP listeners.")
+    linear: LinearConfig = Field(default_factory=LinearConfig, description="Linear.")
+    inbox: InboxConfig = Field(default_factory=InboxConfig, description="The Linear inbox.")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="The agent.")
+    routes: list[RouteConfig] = Field(
+        default_factory=_default_routes, description="Routes; any [[routes]] replaces the default."
+    )
+    base_dir: Path = Field(Path("."), exclude=True, description="Directory of the config file.")
+
+    @field_validator("routes")
+    @classmethod
+    def _unique_route_names(cls, routes: list[RouteConfig]) -> list[RouteConfig]:
+        names = [r.name for r in routes]
+        if len(names) != len(set(names)):
+            raise ValueError("route names must be unique")
+        return routes
+
+    def path(self, value: str) -> Path:
+        """Resolve a configured path against the config file's directory."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p)
+
+    @property
+    def state_path(self) -> Path:
+        """The state directory."""
+        return self.path(self.state_dir)
+
+    @property
+    def database_path(self) -> Path:
+        """The SQLite file."""
+        return self.state_path / "wakeline.db"
+
+    @property
+    def operator_token_path(self) -> Path:
+        """The operator token file (0600)."""
+        return self.state_path / "operator.token"
+
+    def route_for_team(self, team_key: str | None) -> RouteConfig | None:
+        """The first route that serves this Linear team key."""
+        if not team_key:
+            return None
+        return next((r for r in self.routes if team_key in r.teams), None)
+
+
+def config_path(explicit: str | os.PathLike[str] | None, environ: dict[str, str]) -> Path:
+    """Where the config lives: `--config`, else $WAKELINE_CONFIG, else ./wakeline.toml."""
+    if explicit:
+        return Path(explicit)
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV])
+    return Path(DEFAULT_CONFIG_NAME)
+
+
+def load_config(path: Path, *, required: bool = False) -> Config:
+    """Load and validate a config file; a missing file means the embedded defaults.
+
+    Raises:
+        ConfigError: naming the dotted key at fault and the reason.
+    """
+    base = path.parent.resolve()
+    if not path.exists():
+        if required:
+            raise ConfigError(str(path), "no such file")
+        return Config(base_dir=Path.cwd())
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot read: {exc.__class__.__name__}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    if "base_dir" in raw:
+        raise ConfigError("base_dir", "unknown key")
+    return parse_config(raw, base)
+
+
+def parse_config(raw: dict[str, object], base_dir: Path) -> Config:
+    """Validate a config mapping (as read from TOML)."""
+    try:
+        return Config.model_validate({**raw, "base_dir": base_dir})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(root)"
+        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(key, reason) from None

@@ -1,0 +1,118 @@
+"""Every error wakeline raises on purpose, each with a stable code.
+
+The codes are part of the external contract (CONTRACT.md): the HTTP edge maps
+them to statuses in `wakeline.http.errors`, the CLI to exit codes. Nothing
+below this module knows about HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class WakelineError(Exception):
+    """Base class: a refusal or failure with a stable machine-readable code."""
+
+    code = "internal"
+
+    def __init__(self, detail: str = "", **extra: Any) -> None:
+        super().__init__(detail or self.code)
+        self.detail = detail
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body that describes this error to a caller."""
+        out: dict[str, Any] = {"error": self.code}
+        if self.detail:
+            out["detail"] = self.detail
+        out.update(self.extra)
+        return out
+
+
+class ConfigError(WakelineError):
+    """The configuration cannot be loaded; `key` is the dotted name at fault."""
+
+    code = "config_invalid"
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+# --- ingress rejections, in the order the ingress checks them ---------------------------
+
+
+class TooLarge(WakelineError):
+    """The body is larger than `server.max_body_bytes`."""
+
+    code = "too_large"
+
+
+class SignatureInvalid(WakelineError):
+    """The `Linear-Signature` header is missing or does not match the body."""
+
+    code = "signature_invalid"
+
+
+class Malformed(WakelineError):
+    """The delivery cannot be parsed: no delivery id, not a JSON object, fields missing."""
+
+    code = "malformed"
+
+
+class TimestampStale(WakelineError):
+    """The signed `webhookTimestamp` is missing or outside the freshness window."""
+
+    code = "timestamp_stale"
+
+
+class OrganizationRefused(WakelineError):
+    """The delivery belongs to another Linear organization than the configured one."""
+
+    code = "organization_refused"
+
+
+class Unavailable(WakelineError):
+    """The store cannot commit right now; the caller should retry later."""
+
+    code = "unavailable"
+
+
+# --- operator API ----------------------------------------------------------------------
+
+
+class Unauthorized(WakelineError):
+    """No bearer token, or one that is unknown or expired."""
+
+    code = "unauthorized"
+
+
+class LaneRefused(WakelineError):
+    """The caller's lane may not use this operation."""
+
+    code = "lane_refused"
+
+
+class NotFound(WakelineError):
+    """The named resource does not exist."""
+
+    code = "not_found"
+
+
+class BadRequest(WakelineError):
+    """The request's parameters or body are not acceptable."""
+
+    code = "bad_request"
+
+
+class NotShown(WakelineError):
+    """An inbox ack named a cursor that no read has shown yet."""
+
+    code = "not_shown"
+
+
+class Conflict(WakelineError):
+    """The operation does not apply to the resource in its current state."""
+
+    code = "conflict"

@@ -1,0 +1,1 @@
+"""falcon resources: the public webhook ingress and the loopback operator API."""

@@ -1,0 +1,149 @@
+"""The operator API (loopback): status, following, inbox reads, metrics."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import falcon
+
+from wakeline import __version__
+from wakeline.clock import Clock
+from wakeline.config import Config
+from wakeline.errors import BadRequest
+from wakeline.http import errors
+from wakeline.http.auth import BearerAuth, lanes
+from wakeline.http.health import Health
+from wakeline.inbox import Inbox
+from wakeline.metrics import Metrics
+from wakeline.models.store import Store
+from wakeline.tokens import Lane, TokenRegistry
+
+
+def int_param(req: falcon.Request, name: str, default: int | None = None, *, low: int = 0,
+              high: int | None = None) -> int | None:
+    """An integer query parameter within bounds, or a 400 naming it."""
+    raw = req.get_param(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer") from None
+    if value < low or (high is not None and value > high):
+        raise BadRequest(f"{name} must be between {low} and {high}")
+    return value
+
+
+def json_body(req: falcon.Request) -> dict[str, Any]:
+    """The request's JSON object body, or a 400."""
+    try:
+        body = req.get_media()
+    except falcon.HTTPError:
+        raise BadRequest("body is not JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    return body
+
+
+class Status:
+    """`GET /v1/status`."""
+
+    def __init__(self, store: Store, inbox: Inbox, clock: Clock, live_actors: Callable[[], int]) -> None:
+        self._store = store
+        self._inbox = inbox
+        self._clock = clock
+        self._started = clock.monotonic()
+        self._live_actors = live_actors
+
+    @falcon.before(lanes(Lane.OPERATOR))
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Version, uptime, following and the counters."""
+        counts = self._store.counts()
+        resp.media = {
+            "version": __version__,
+            "uptimeSeconds": round(self._clock.monotonic() - self._started, 3),
+            "following": self._inbox.following(),
+            "conversations": {
+                "total": counts.conversations,
+                "running": 0,
+                "stalled": 0,
+                "terminal": 0,
+            },
+            "fifo": {"pending": counts.fifo_pending, "claimed": counts.fifo_claimed},
+            "inbox": {"unread": counts.inbox_unread},
+            "liveActors": self._live_actors(),
+            "threads": threading.active_count(),
+        }
+
+
+class Following:
+    """`GET/PUT /v1/following`: the persisted follow switch."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+
+    @falcon.before(lanes(Lane.OPERATOR))
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """The switch."""
+        resp.media = {"following": self._inbox.following()}
+
+    @falcon.before(lanes(Lane.OPERATOR))
+    def on_put(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Set the switch: `{"following": bool}`."""
+        value = json_body(req).get("following")
+        if not isinstance(value, bool):
+            raise BadRequest("following must be true or false")
+        self._inbox.set_following(value)
+        resp.media = {"following": value}
+
+
+class InboxPage:
+    """`GET /v1/inbox`: forward reads of the Linear inbox."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+
+    @falcon.before(lanes(Lane.OPERATOR, Lane.ROOM))
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """A page of events; reads never consume."""
+        view = req.get_param("view") or "full"
+        if view not in ("full", "headlines"):
+            raise BadRequest("view must be full or headlines")
+        limit = int_param(req, "limit", 20, low=1, high=100)
+        after = int_param(req, "after")
+        assert limit is not None
+        resp.media = self._inbox.forward(after=after, limit=limit, headlines=view == "headlines")
+
+
+class MetricsPage:
+    """`GET /metrics`: Prometheus text, no token (loopback only)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """The exposition."""
+        resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
+        resp.data = self._metrics.render()
+
+
+def create_operator_app(
+    config: Config,
+    store: Store,
+    inbox: Inbox,
+    tokens: TokenRegistry,
+    clock: Clock,
+    metrics: Metrics,
+    live_actors: Callable[[], int] = lambda: 0,
+) -> falcon.App:
+    """The operator WSGI app."""
+    app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
+    errors.install(app)
+    app.add_route("/healthz", Health())
+    app.add_route("/metrics", MetricsPage(metrics))
+    app.add_route("/v1/status", Status(store, inbox, clock, live_actors))
+    app.add_route("/v1/following", Following(inbox))
+    app.add_route("/v1/inbox", InboxPage(inbox))
+    return app
+

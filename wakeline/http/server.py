@@ -1,0 +1,107 @@
+"""waitress listeners that start and stop on demand.
+
+waitress buffers a whole request body before the app sees it, so the body
+limit must be enforced by waitress itself: otherwise a huge Content-Length
+with a short body would hold a connection open until the channel times out.
+Its own 413 page is plain text; `_JsonLimitParser` makes it the contract's
+JSON instead.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser
+from waitress.server import TcpWSGIServer
+from waitress.task import ThreadedTaskDispatcher
+from waitress.utilities import RequestEntityTooLarge
+
+
+class _JsonTooLarge(RequestEntityTooLarge):
+    def to_response(self, ident: str | None = None) -> tuple[str, list[tuple[str, str]], bytes]:
+        body = json.dumps({"error": "too_large"}).encode()
+        return f"{self.code} {self.reason}", [("Content-Type", "application/json")], body
+
+
+class _JsonLimitParser(HTTPRequestParser):
+    def received(self, data: bytes) -> int:
+        consumed = super().received(data)
+        if isinstance(self.error, RequestEntityTooLarge) and not isinstance(self.error, _JsonTooLarge):
+            self.error = _JsonTooLarge(self.error.body)
+        return consumed
+
+
+class _Channel(HTTPChannel):
+    parser_class = _JsonLimitParser
+
+
+class _Server(TcpWSGIServer):
+    channel_class = _Channel
+
+
+class Listener:
+    """One waitress server on its own loop thread.
+
+    Args:
+        app: the WSGI app.
+        host, port: where to listen; port 0 picks a free port (see `port`).
+        threads: request threads.
+        max_body_bytes: bodies larger than this get 413 before they are read.
+        name: thread name prefix, for logs and thread dumps.
+    """
+
+    def __init__(
+        self, app: Any, *, host: str, port: int, threads: int, max_body_bytes: int, name: str
+    ) -> None:
+        adj = Adjustments(
+            host=host,
+            port=port,
+            threads=threads,
+            # waitress refuses at content_length >= limit; ours refuses above max_body_bytes.
+            max_request_body_size=max_body_bytes + 1,
+            ident="wakeline",
+            channel_timeout=60,
+            connection_limit=1000,
+            clear_untrusted_proxy_headers=False,
+        )
+        self._dispatcher = ThreadedTaskDispatcher()
+        self._dispatcher.set_thread_count(threads)
+        self._map: dict[int, Any] = {}
+        self._server = _Server(app, map=self._map, dispatcher=self._dispatcher, adj=adj)
+        self._thread = threading.Thread(target=self._server.run, name=f"{name}-loop", daemon=True)
+        self.name = name
+
+    @property
+    def host(self) -> str:
+        """The bound address."""
+        return str(self._server.effective_host)
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self._server.effective_port)
+
+    @property
+    def url(self) -> str:
+        """Base URL of this listener."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        """Serve on a background thread."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, let running requests finish, close every connection."""
+
+        def close_all() -> None:
+            for channel in list(self._map.values()):
+                channel.close()
+
+        # The asyncore map belongs to the loop thread: close from inside it.
+        self._server.trigger.pull_trigger(close_all)
+        self._thread.join(timeout)
+        self._dispatcher.shutdown(timeout=timeout)

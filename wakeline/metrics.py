@@ -1,0 +1,41 @@
+"""Prometheus metrics, in a registry owned by one service instance."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """Every metric wakeline exports; recording never raises into the caller."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.deliveries = Counter(
+            "wakeline_deliveries",
+            "Webhook deliveries answered, by outcome (rejections by error code).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.ack_latency = Histogram(
+            "wakeline_ack_latency_seconds",
+            "Time from a webhook request's arrival to its answer.",
+            buckets=ACK_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "wakeline_fifo_deliveries",
+            "FIFO deliveries by state, as of the last scrape.",
+            ["state"],
+            registry=self.registry,
+        )
+
+    def delivery(self, outcome: str, seconds: float) -> None:
+        """Record one answered webhook."""
+        self.deliveries.labels(outcome=outcome).inc()
+        self.ack_latency.observe(seconds)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)

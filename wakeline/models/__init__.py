@@ -1,0 +1,1 @@
+"""Persistent state (peewee on SQLite) and the typed shapes that cross boundaries."""

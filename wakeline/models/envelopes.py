@@ -1,0 +1,112 @@
+"""Typed envelopes: what the provider adapter hands the rest of wakeline.
+
+An envelope is stored as JSON in the FIFO and read back with `parse_envelope`,
+so a delivery is processed from what was admitted, whatever Linear says later.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+TERMINAL_STATE_TYPES = frozenset({"completed", "canceled"})
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Subject(_Frozen):
+    """What a conversation is about: a namespace plus an immutable key."""
+
+    namespace: str
+    key: str
+
+
+class WorkflowState(_Frozen):
+    """A Linear workflow state; `type` is the only classification trusted."""
+
+    id: str | None = None
+    name: str | None = None
+    type: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True for Linear's typed terminal states (completed, canceled)."""
+        return self.type in TERMINAL_STATE_TYPES
+
+
+class IssueInfo(_Frozen):
+    """What wakeline knows of the issue a delivery is about."""
+
+    id: str
+    identifier: str | None = None
+    title: str | None = None
+    team_key: str | None = None
+    project_id: str | None = None
+    url: str | None = None
+    state: WorkflowState | None = None
+
+
+class ActorInfo(_Frozen):
+    """Who caused an event."""
+
+    id: str | None = None
+    name: str | None = None
+    email: str | None = None
+    type: str | None = None
+
+
+class DataChange(_Frozen):
+    """A data-change event (Issue, Comment, or any other type)."""
+
+    kind: Literal["data_change"] = "data_change"
+    event_type: str
+    action: str
+    object_id: str
+    organization_id: str | None = None
+    issue: IssueInfo | None = None
+    actor: ActorInfo | None = None
+    url: str | None = None
+    created_at: str | None = None
+    comment_body: str | None = None
+    updated_fields: tuple[str, ...] = ()
+
+
+class AgentSession(_Frozen):
+    """An `AgentSessionEvent`: Linear opened or prompted an agent session."""
+
+    kind: Literal["agent_session"] = "agent_session"
+    action: str
+    session_id: str
+    organization_id: str | None = None
+    issue: IssueInfo | None = None
+    creator: ActorInfo | None = None
+    activity_id: str | None = None
+    prompt: str | None = None
+    prompt_context: str | None = None
+    guidance: str | None = None
+    signal: str | None = None
+
+    @property
+    def is_stop(self) -> bool:
+        """A `prompted` event that asks the running turn to stop."""
+        return self.action == "prompted" and self.signal == "stop"
+
+
+Envelope = Annotated[DataChange | AgentSession, Field(discriminator="kind")]
+_ENVELOPE = TypeAdapter(Envelope)
+
+
+def parse_envelope(text: str | bytes) -> DataChange | AgentSession:
+    """Read back an envelope stored as JSON."""
+    return _ENVELOPE.validate_json(text)
+
+
+def dump_envelope(envelope: DataChange | AgentSession) -> str:
+    """The JSON form stored in the FIFO."""
+    return envelope.model_dump_json(exclude_defaults=False)
+
+
+JsonObject = dict[str, Any]

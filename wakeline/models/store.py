@@ -1,0 +1,233 @@
+"""The store: every transaction wakeline commits, behind one small API.
+
+Callers never see peewee or SQL. Admission is the hot path: `admit` writes a
+whole group of deliveries in one IMMEDIATE transaction, each inside its own
+savepoint so one bad delivery cannot take its neighbours down with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from peewee import DatabaseError, SqliteDatabase, fn
+
+from wakeline.clock import Clock
+from wakeline.errors import Unavailable
+from wakeline.models.db import open_database
+from wakeline.models.envelopes import Subject, dump_envelope
+from wakeline.models.states import ConversationKind, DeliveryState, Outcome
+from wakeline.models.tables import Tables, bind_tables
+from wakeline.routing import AdmissionPlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdmissionResult:
+    """What admitting one delivery did."""
+
+    outcome: Outcome
+    reason: str | None = None
+    conversation_id: str | None = None
+    first_outcome: Outcome | None = None
+
+    @property
+    def wakes(self) -> bool:
+        """True when a conversation got new FIFO work."""
+        return self.outcome is Outcome.ACCEPTED and self.conversation_id is not None
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The counters `GET /v1/status` reports."""
+
+    conversations: int
+    fifo_pending: int
+    fifo_claimed: int
+    inbox_unread: int
+
+
+class Store:
+    """All durable state of one wakeline."""
+
+    def __init__(self, db: SqliteDatabase, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+        self.t: Tables = bind_tables(db)
+
+    @classmethod
+    def open(cls, path: Path, clock: Clock) -> "Store":
+        """Open (creating and migrating as needed) the database at `path`."""
+        return cls(open_database(path), clock)
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        if not self.db.is_closed():
+            self.db.close()
+
+    # --- admission -----------------------------------------------------------------------
+
+    def admit(self, plans: Sequence[AdmissionPlan]) -> list[AdmissionResult | Unavailable]:
+        """Commit a group of admissions in one transaction.
+
+        Returns one result per plan, in order. When the store cannot commit at all
+        every entry is an `Unavailable`; nothing of the group is written.
+        """
+        try:
+            with self.db.atomic():
+                results: list[AdmissionResult | Unavailable] = []
+                for plan in plans:
+                    results.append(self._admit_one_guarded(plan))
+            return results
+        except DatabaseError as exc:
+            log.warning("admission group failed", extra={"error": exc.__class__.__name__})
+            return [Unavailable() for _ in plans]
+
+    def _admit_one_guarded(self, plan: AdmissionPlan) -> AdmissionResult | Unavailable:
+        try:
+            with self.db.atomic():
+                return self._admit_one(plan)
+        except DatabaseError as exc:
+            # Failures that abort the whole transaction (I/O, read-only) resurface at commit.
+            log.warning(
+                "admission failed",
+                extra={"delivery_id": plan.delivery.delivery_id, "error": exc.__class__.__name__},
+            )
+            return Unavailable()
+
+    def _admit_one(self, plan: AdmissionPlan) -> AdmissionResult:
+        d = plan.delivery
+        receipts = self.t.receipts
+        first = (
+            receipts.select(receipts.outcome)
+            .where((receipts.delivery_id == d.delivery_id) | (receipts.body_sha256 == d.body_sha256))
+            .first()
+        )
+        if first is not None:
+            return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first.outcome))
+        conversation_id = None
+        if plan.to_fifo and plan.subject is not None:
+            conversation_id = self._conversation(plan.subject, plan.title, plan.route, plan.received_ms)
+        receipt_id = receipts.insert(
+            delivery_id=d.delivery_id,
+            body_sha256=d.body_sha256,
+            event_type=d.event_type,
+            action=d.action,
+            received_at=plan.received_ms,
+            webhook_at=d.webhook_ms,
+            outcome=plan.outcome.value,
+            reason=plan.reason,
+            conversation_id=conversation_id,
+        ).execute()
+        if conversation_id is not None and d.envelope is not None:
+            self.t.deliveries.insert(
+                conversation_id=conversation_id,
+                receipt_id=receipt_id,
+                state=DeliveryState.PENDING.value,
+                envelope=dump_envelope(d.envelope),
+                headline=d.headline,
+                received_at=plan.received_ms,
+            ).execute()
+        if plan.to_inbox:
+            event = json.dumps(d.inbox_event, ensure_ascii=False, separators=(",", ":"))
+            self.t.inbox.insert(
+                receipt_id=receipt_id,
+                received_at=plan.received_ms,
+                headline=d.headline,
+                event=event,
+                size_bytes=len(event.encode("utf-8")),
+            ).execute()
+        return AdmissionResult(plan.outcome, plan.reason, conversation_id)
+
+    def _conversation(self, subject: Subject, title: str | None, route: str | None, now: int) -> str:
+        convs = self.t.conversations
+        row = (
+            convs.select(convs.id, convs.title)
+            .where((convs.namespace == subject.namespace) & (convs.key == subject.key))
+            .first()
+        )
+        if row is not None:
+            if title and not row.title:
+                convs.update(title=title, updated_at=now).where(convs.id == row.id).execute()
+            return row.id
+        conversation_id = "cv_" + secrets.token_hex(8)
+        convs.insert(
+            id=conversation_id,
+            namespace=subject.namespace,
+            key=subject.key,
+            kind=ConversationKind.ISSUE.value,
+            title=title or "",
+            route=route,
+            created_at=now,
+            updated_at=now,
+        ).execute()
+        return conversation_id
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def counts(self) -> Counts:
+        """Counters for the status page."""
+        d = self.t.deliveries
+        by_state = dict(
+            d.select(d.state, fn.COUNT(d.id)).where(d.state != DeliveryState.COMPLETED.value)
+            .group_by(d.state).tuples()
+        )
+        return Counts(
+            conversations=self.t.conversations.select().count(),
+            fifo_pending=by_state.get(DeliveryState.PENDING.value, 0),
+            fifo_claimed=by_state.get(DeliveryState.CLAIMED.value, 0),
+            inbox_unread=self.inbox_unread_count(),
+        )
+
+    def receipt(self, delivery_id: str) -> Any:
+        """The receipt row of a delivery id, or None."""
+        r = self.t.receipts
+        return r.select().where(r.delivery_id == delivery_id).first()
+
+    # --- settings ------------------------------------------------------------------------
+
+    def get_setting(self, key: str, default: Any = None) -> Any:
+        """A persisted setting's JSON value, or `default`."""
+        s = self.t.settings
+        row = s.select(s.value).where(s.key == key).first()
+        return json.loads(row.value) if row is not None else default
+
+    def set_setting(self, key: str, value: Any) -> None:
+        """Persist a setting."""
+        s = self.t.settings
+        with self.db.atomic():
+            s.insert(key=key, value=json.dumps(value)).on_conflict_replace().execute()
+
+    # --- inbox ---------------------------------------------------------------------------
+
+    def inbox_ack_cursor(self) -> int:
+        """The read boundary: every message at or below it has been acknowledged."""
+        return int(self.get_setting("inbox.ack_cursor", 0))
+
+    def inbox_unread_count(self) -> int:
+        """Messages above the read boundary."""
+        m = self.t.inbox
+        return m.select().where(m.id > self.inbox_ack_cursor()).count()
+
+    def inbox_forward(self, after: int, limit: int) -> list[Any]:
+        """Up to `limit` messages after cursor `after`, oldest first."""
+        m = self.t.inbox
+        return list(m.select().where(m.id > after).order_by(m.id).limit(limit))
+
+    def inbox_mark_shown(self, cursors: list[int]) -> None:
+        """Record that a read showed these messages (an ack may name only those)."""
+        if not cursors:
+            return
+        m = self.t.inbox
+        with self.db.atomic():
+            m.update(shown=True).where(m.id.in_(cursors) & (m.shown == False)).execute()  # noqa: E712
+
+    def inbox_oldest_cursor(self) -> int | None:
+        """The oldest message still kept."""
+        m = self.t.inbox
+        return m.select(fn.MIN(m.id)).scalar()

@@ -1,0 +1,121 @@
+"""peewee models of the tables created in `schema.py`.
+
+The models are declared unbound; `bind_tables` makes subclasses bound to one
+database, so two stores in one process (tests do this) never share a binding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from peewee import BooleanField, Database, IntegerField, Model, TextField
+
+
+class _Table(Model):
+    class Meta:
+        database = None
+
+
+class Conversation(_Table):
+    """A conversation: one per Linear issue, plus the Linear inbox."""
+
+    id = TextField(primary_key=True)
+    namespace = TextField()
+    key = TextField()
+    kind = TextField()
+    title = TextField(default="")
+    route = TextField(null=True)
+    created_at = IntegerField()
+    updated_at = IntegerField()
+
+    class Meta:
+        table_name = "conversations"
+
+
+class Receipt(_Table):
+    """One admitted delivery id: the dedupe ledger and its first outcome."""
+
+    id = IntegerField(primary_key=True)
+    delivery_id = TextField(unique=True)
+    body_sha256 = TextField(unique=True)
+    event_type = TextField()
+    action = TextField()
+    received_at = IntegerField()
+    webhook_at = IntegerField()
+    outcome = TextField()
+    reason = TextField(null=True)
+    conversation_id = TextField(null=True)
+
+    class Meta:
+        table_name = "receipts"
+
+
+class Delivery(_Table):
+    """A FIFO entry; its id is the conversation-ordering sequence."""
+
+    id = IntegerField(primary_key=True)
+    conversation_id = TextField()
+    receipt_id = IntegerField()
+    state = TextField()
+    envelope = TextField()
+    headline = TextField()
+    received_at = IntegerField()
+    completed_at = IntegerField(null=True)
+    completion = TextField(null=True)
+
+    class Meta:
+        table_name = "deliveries"
+
+
+class InboxMessage(_Table):
+    """A data-change event kept in the Linear inbox; its id is the cursor."""
+
+    id = IntegerField(primary_key=True)
+    receipt_id = IntegerField()
+    received_at = IntegerField()
+    headline = TextField()
+    event = TextField()
+    size_bytes = IntegerField()
+    shown = BooleanField(default=False)
+    surfaced = BooleanField(default=False)
+
+    class Meta:
+        table_name = "inbox_messages"
+
+
+class Setting(_Table):
+    """A persisted runtime setting (JSON value)."""
+
+    key = TextField(primary_key=True)
+    value = TextField()
+
+    class Meta:
+        table_name = "settings"
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The models bound to one database."""
+
+    conversations: Any
+    receipts: Any
+    deliveries: Any
+    inbox: Any
+    settings: Any
+
+
+def bind_tables(db: Database) -> Tables:
+    """Subclass each model bound to `db`."""
+
+    def bound(model: type[_Table]) -> Any:
+        meta = type("Meta", (), {"database": db, "table_name": model._meta.table_name})
+        return type(model.__name__, (model,), {"Meta": meta, "__module__": __name__})
+
+    return Tables(
+        conversations=bound(Conversation),
+        receipts=bound(Receipt),
+        deliveries=bound(Delivery),
+        inbox=bound(InboxMessage),
+        settings=bound(Setting),
+    )

@@ -1,0 +1,116 @@
+"""Decide what an admitted delivery becomes: an inbox message, a FIFO entry, both or neither.
+
+Pure: takes a parsed delivery and the config, returns an `AdmissionPlan` that
+the store commits in one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wakeline.config import Config, RouteConfig
+from wakeline.models.envelopes import AgentSession, DataChange, Subject
+from wakeline.models.states import Outcome
+from wakeline.providers.linear.adapter import ParsedDelivery
+
+# An update touching only these fields moved the issue between projects: no turn.
+PROJECT_BOOKKEEPING = frozenset({"projectId", "addedToProjectAt", "updatedAt"})
+
+
+@dataclass(frozen=True)
+class AdmissionPlan:
+    """What one delivery's admission transaction writes."""
+
+    delivery: ParsedDelivery
+    received_ms: int
+    outcome: Outcome
+    reason: str | None = None
+    subject: Subject | None = None
+    route: str | None = None
+    title: str | None = None
+    to_fifo: bool = False
+
+    @property
+    def to_inbox(self) -> bool:
+        """Every accepted data-change event is kept in the Linear inbox."""
+        return self.outcome is Outcome.ACCEPTED and self.delivery.inbox_event is not None
+
+
+def plan_admission(delivery: ParsedDelivery, config: Config, received_ms: int) -> AdmissionPlan:
+    """Route one verified delivery."""
+    envelope = delivery.envelope
+    if envelope is None or delivery.ignore_reason:
+        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, delivery.ignore_reason)
+    if isinstance(envelope, AgentSession):
+        return _plan_session(delivery, envelope, config, received_ms)
+    return _plan_change(delivery, envelope, config, received_ms)
+
+
+def _title(envelope: DataChange | AgentSession) -> str | None:
+    issue = envelope.issue
+    if issue is None:
+        return None
+    if issue.identifier and issue.title:
+        return f"[{issue.identifier}] {issue.title}"
+    return issue.identifier or issue.title
+
+
+def _plan_session(
+    delivery: ParsedDelivery, envelope: AgentSession, config: Config, received_ms: int
+) -> AdmissionPlan:
+    if delivery.subject is None:
+        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, "no_issue")
+    route = config.route_for_team(envelope.issue.team_key if envelope.issue else None)
+    if route is None:
+        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, "team_not_routed")
+    return AdmissionPlan(
+        delivery,
+        received_ms,
+        Outcome.ACCEPTED,
+        subject=delivery.subject,
+        route=route.name,
+        title=_title(envelope),
+        to_fifo=True,
+    )
+
+
+def _issue_route(envelope: DataChange, config: Config) -> RouteConfig | None:
+    if envelope.event_type not in ("Issue", "Comment") or envelope.issue is None:
+        return None
+    route = config.route_for_team(envelope.issue.team_key)
+    if route is None or route.mode != "issue":
+        return None
+    if route.projects and envelope.issue.project_id not in route.projects:
+        return None
+    return route
+
+
+def _wakes(envelope: DataChange, route: RouteConfig) -> bool:
+    if envelope.action == "remove":
+        return False
+    if envelope.event_type == "Issue" and envelope.action == "create":
+        state = envelope.issue.state if envelope.issue else None
+        # Creating a proposal does not authorise work on it.
+        if route.proposed_state_id and state is not None and state.id == route.proposed_state_id:
+            return False
+    if envelope.event_type == "Issue" and envelope.action == "update":
+        if envelope.updated_fields and set(envelope.updated_fields) <= PROJECT_BOOKKEEPING:
+            return False
+    return True
+
+
+def _plan_change(
+    delivery: ParsedDelivery, envelope: DataChange, config: Config, received_ms: int
+) -> AdmissionPlan:
+    route = _issue_route(envelope, config)
+    if route is None or delivery.subject is None or not _wakes(envelope, route):
+        return AdmissionPlan(delivery, received_ms, Outcome.ACCEPTED)
+    return AdmissionPlan(
+        delivery,
+        received_ms,
+        Outcome.ACCEPTED,
+        subject=delivery.subject,
+        route=route.name,
+        title=_title(envelope),
+        to_fifo=True,
+    )

@@ -1,0 +1,102 @@
+"""Secret material: where it comes from, how it is created, how it is scrubbed.
+
+Values live in `pydantic.SecretStr` so an accidental `repr` or log line shows
+stars. Files are created atomically with mode 0600 and never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets as _random
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from wakeline.config import Config
+
+WEBHOOK_SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
+API_KEY_ENV = "WAKELINE_LINEAR_API_KEY"
+REDACTED = "[redacted]"
+# Linear key shapes, scrubbed even when the key is not one we hold.
+_KEY_SHAPE = re.compile(r"lin_(?:api|oauth)_[A-Za-z0-9]{8,}")
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Every secret the service holds; `values()` feeds the redactor."""
+
+    webhook_secret: SecretStr | None
+    linear_api_key: SecretStr | None
+    operator_token: SecretStr | None
+
+    def values(self) -> list[str]:
+        """The raw secret strings, for scrubbing text that leaves the process."""
+        found = (self.webhook_secret, self.linear_api_key, self.operator_token)
+        return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
+
+
+def read_secret_file(path: Path) -> SecretStr | None:
+    """A secret file's stripped content, or None when absent or empty."""
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    return SecretStr(value) if value else None
+
+
+def load_secrets(config: Config, environ: dict[str, str]) -> Secrets:
+    """Read every secret: the environment wins over files."""
+
+    def pick(env: str, file: str) -> SecretStr | None:
+        if environ.get(env, "").strip():
+            return SecretStr(environ[env].strip())
+        return read_secret_file(config.path(file))
+
+    return Secrets(
+        webhook_secret=pick(WEBHOOK_SECRET_ENV, config.linear.webhook_secret_file),
+        linear_api_key=pick(API_KEY_ENV, config.linear.api_key_file),
+        operator_token=read_secret_file(config.operator_token_path),
+    )
+
+
+def new_token(nbytes: int = 32) -> str:
+    """A fresh URL-safe random token."""
+    return _random.token_urlsafe(nbytes)
+
+
+def create_secret_file(path: Path, value: str) -> bool:
+    """Write `value` to `path` with mode 0600 unless the file exists.
+
+    The write goes to a temporary file that is linked into place, so a reader
+    never sees a half-written secret and a concurrent creator never clobbers one.
+
+    Returns:
+        True when the file was created, False when it already existed.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.exists():
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{new_token(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(value + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+def redact(text: str, secret_values: list[str]) -> str:
+    """Replace every held secret, and anything shaped like a Linear key, in `text`."""
+    for value in sorted(secret_values, key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, REDACTED)
+    return _KEY_SHAPE.sub(REDACTED, text)
