@@ -11,10 +11,12 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import pykka
 
+from wakeline.actors.conversation import TurnEnv, default_base_env
+from wakeline.actors.supervisor import Supervisor
 from wakeline.admission import AdmissionWriter
 from wakeline.clock import Clock, SystemClock
 from wakeline.config import Config
@@ -27,7 +29,10 @@ from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
+from wakeline.ticker import Ticker
 from wakeline.tokens import TokenRegistry
+
+TICK_SECONDS = 0.5
 
 log = logging.getLogger(__name__)
 
@@ -54,28 +59,46 @@ class Service:
     inbox: Inbox
     ingress: Listener
     operator: Listener
+    supervisor: Any
+    ticker: Ticker
+    turn_env: TurnEnv
+    stopped: bool = False
 
     def start(self) -> None:
-        """Start the writer, then both listeners."""
+        """Recover the FIFO, then start the writer, both listeners and the ticker."""
+        self.supervisor.recover().get()
         self.writer.start()
         self.ingress.start()
         self.operator.start()
+        self.ticker.start()
         log.info(
             "wakeline serving",
             extra={"webhook_url": self.ingress.url, "operator_url": self.operator.url},
         )
 
     def stop(self) -> None:
-        """Stop accepting, drain admissions, stop actors, close the store."""
+        """Stop accepting, drain admissions, stop actors, close the store (idempotent)."""
+        if self.stopped:
+            return
+        self.stopped = True
         self.ingress.stop()
         self.writer.stop()
+        self.ticker.stop()
         self.operator.stop()
+        self.supervisor.actor_ref.stop()
         pykka.ActorRegistry.stop_all()
         self.store.close()
         log.info("wakeline stopped")
 
 
-def build_service(config: Config, secrets: Secrets, clock: Clock | None = None) -> Service:
+def build_service(
+    config: Config,
+    secrets: Secrets,
+    clock: Clock | None = None,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    tick_seconds: float = TICK_SECONDS,
+) -> Service:
     """Wire a service; nothing runs until `start`."""
     clock = clock or SystemClock()
     if secrets.operator_token is None:
@@ -84,7 +107,22 @@ def build_service(config: Config, secrets: Secrets, clock: Clock | None = None) 
     metrics = Metrics()
     tokens = TokenRegistry(secrets.operator_token.get_secret_value())
     inbox = Inbox(store, config.inbox.following)
-    writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max)
+    operator_url: list[str] = []
+    turn_env = TurnEnv(
+        store=store,
+        clock=clock,
+        config=config,
+        tokens=tokens,
+        secret_values=secrets.values(),
+        api_url=lambda: operator_url[0],
+        base_env=default_base_env() if base_env is None else dict(base_env),
+    )
+    supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
+
+    def wake(results: list[Any]) -> None:
+        supervisor.wake([r.conversation_id for r in results])
+
+    writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=wake)
     webhooks = None
     if secrets.webhook_secret is not None:
         webhooks = LinearWebhooks(
@@ -105,7 +143,7 @@ def build_service(config: Config, secrets: Secrets, clock: Clock | None = None) 
     )
     operator = Listener(
         create_operator_app(
-            config, store, inbox, tokens, clock, metrics,
+            config, store, inbox, tokens, clock, metrics, supervisor,
             live_actors=lambda: len(pykka.ActorRegistry.get_all()),
         ),
         host=server.operator_host,
@@ -114,7 +152,10 @@ def build_service(config: Config, secrets: Secrets, clock: Clock | None = None) 
         max_body_bytes=server.max_body_bytes,
         name="operator",
     )
-    return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator)
+    operator_url.append(operator.url)
+    ticker = Ticker(lambda: supervisor.tick(), tick_seconds)
+    return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
+                   supervisor, ticker, turn_env)
 
 
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:

@@ -7,6 +7,7 @@ the store commits in one transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from wakeline.config import Config, RouteConfig
 from wakeline.models.envelopes import AgentSession, DataChange, Subject
@@ -29,6 +30,8 @@ class AdmissionPlan:
     route: str | None = None
     title: str | None = None
     to_fifo: bool = False
+    lifecycle: Literal["terminal", "open"] | None = None
+    tainted: bool = False
 
     @property
     def to_inbox(self) -> bool:
@@ -71,7 +74,16 @@ def _plan_session(
         route=route.name,
         title=_title(envelope),
         to_fifo=True,
+        tainted=route.trust == "public",
     )
+
+
+def _lifecycle(envelope: DataChange) -> Literal["terminal", "open"] | None:
+    # Only Linear's typed state classifies: a display name like "Done" never does.
+    state = envelope.issue.state if envelope.issue else None
+    if envelope.event_type != "Issue" or state is None or state.type is None:
+        return None
+    return "terminal" if state.terminal else "open"
 
 
 def _issue_route(envelope: DataChange, config: Config) -> RouteConfig | None:
@@ -102,9 +114,12 @@ def _wakes(envelope: DataChange, route: RouteConfig) -> bool:
 def _plan_change(
     delivery: ParsedDelivery, envelope: DataChange, config: Config, received_ms: int
 ) -> AdmissionPlan:
+    lifecycle = _lifecycle(envelope)
     route = _issue_route(envelope, config)
-    if route is None or delivery.subject is None or not _wakes(envelope, route):
-        return AdmissionPlan(delivery, received_ms, Outcome.ACCEPTED)
+    if route is None or delivery.subject is None:
+        # Not a turn, but a lifecycle change still reaches an existing conversation.
+        return AdmissionPlan(delivery, received_ms, Outcome.ACCEPTED, subject=delivery.subject,
+                             lifecycle=lifecycle)
     return AdmissionPlan(
         delivery,
         received_ms,
@@ -112,5 +127,7 @@ def _plan_change(
         subject=delivery.subject,
         route=route.name,
         title=_title(envelope),
-        to_fifo=True,
+        to_fifo=lifecycle != "terminal" and _wakes(envelope, route),
+        lifecycle=lifecycle,
+        tainted=route.trust == "public",
     )

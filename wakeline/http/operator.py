@@ -11,39 +11,14 @@ from wakeline import __version__
 from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.errors import BadRequest
-from wakeline.http import errors
+from wakeline.http import conversations, errors
 from wakeline.http.auth import BearerAuth, lanes
+from wakeline.http.params import int_param, json_body
 from wakeline.http.health import Health
 from wakeline.inbox import Inbox
 from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.tokens import Lane, TokenRegistry
-
-
-def int_param(req: falcon.Request, name: str, default: int | None = None, *, low: int = 0,
-              high: int | None = None) -> int | None:
-    """An integer query parameter within bounds, or a 400 naming it."""
-    raw = req.get_param(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer") from None
-    if value < low or (high is not None and value > high):
-        raise BadRequest(f"{name} must be between {low} and {high}")
-    return value
-
-
-def json_body(req: falcon.Request) -> dict[str, Any]:
-    """The request's JSON object body, or a 400."""
-    try:
-        body = req.get_media()
-    except falcon.HTTPError:
-        raise BadRequest("body is not JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object")
-    return body
 
 
 class Status:
@@ -66,9 +41,9 @@ class Status:
             "following": self._inbox.following(),
             "conversations": {
                 "total": counts.conversations,
-                "running": 0,
-                "stalled": 0,
-                "terminal": 0,
+                "running": counts.running,
+                "stalled": counts.stalled,
+                "terminal": counts.terminal,
             },
             "fifo": {"pending": counts.fifo_pending, "claimed": counts.fifo_claimed},
             "inbox": {"unread": counts.inbox_unread},
@@ -135,6 +110,8 @@ def create_operator_app(
     tokens: TokenRegistry,
     clock: Clock,
     metrics: Metrics,
+    supervisor: Any = None,
+    *,
     live_actors: Callable[[], int] = lambda: 0,
 ) -> falcon.App:
     """The operator WSGI app."""
@@ -145,5 +122,6 @@ def create_operator_app(
     app.add_route("/v1/status", Status(store, inbox, clock, live_actors))
     app.add_route("/v1/following", Following(inbox))
     app.add_route("/v1/inbox", InboxPage(inbox))
+    conversations.add_routes(app, store, supervisor)
     return app
 

@@ -74,6 +74,7 @@ class Listener:
         self._server = _Server(app, map=self._map, dispatcher=self._dispatcher, adj=adj)
         self._thread = threading.Thread(target=self._server.run, name=f"{name}-loop", daemon=True)
         self.name = name
+        self._stopped = False
 
     @property
     def host(self) -> str:
@@ -87,15 +88,23 @@ class Listener:
 
     @property
     def url(self) -> str:
-        """Base URL of this listener."""
-        return f"http://{self.host}:{self.port}"
+        """Base URL of this listener, as a local client reaches it."""
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self.host, self.host)
+        return f"http://{host}:{self.port}"
 
     def start(self) -> None:
         """Serve on a background thread."""
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop accepting, let running requests finish, close every connection."""
+        """Stop accepting, let running requests finish, close every connection (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if not self._thread.is_alive():
+            self._server.close()
+            self._dispatcher.shutdown(timeout=timeout)
+            return
 
         def close_all() -> None:
             for channel in list(self._map.values()):

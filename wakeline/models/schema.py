@@ -68,4 +68,44 @@ MIGRATIONS: list[list[str]] = [
     ],
 ]
 
+MIGRATIONS.append(
+    # 2: turns own claims; conversations carry session, reset boundary and terminal intent.
+    [
+        "ALTER TABLE conversations ADD COLUMN session_id TEXT",
+        "ALTER TABLE conversations ADD COLUMN reset_at INTEGER",
+        "ALTER TABLE conversations ADD COLUMN terminal INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE conversations ADD COLUMN issue_id TEXT",
+        "ALTER TABLE conversations ADD COLUMN issue_identifier TEXT",
+        "ALTER TABLE conversations ADD COLUMN agent_session_id TEXT",
+        "ALTER TABLE conversations ADD COLUMN tainted INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE deliveries ADD COLUMN turn_id TEXT",
+        "ALTER TABLE deliveries ADD COLUMN size_bytes INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX deliveries_turn ON deliveries (turn_id)",
+        """CREATE TABLE turns (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL UNIQUE REFERENCES conversations (id),
+            state TEXT NOT NULL CHECK (state IN ('running', 'retry', 'stalled')),
+            attempt INTEGER NOT NULL DEFAULT 1,
+            created_at INTEGER NOT NULL,
+            started_at INTEGER,
+            next_attempt_at INTEGER,
+            last_error TEXT
+        )""",
+        "CREATE INDEX turns_due ON turns (state, next_attempt_at)",
+        """CREATE TABLE turn_results (
+            id INTEGER PRIMARY KEY,
+            turn_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id),
+            result TEXT NOT NULL,
+            exit_code INTEGER,
+            attempts INTEGER NOT NULL,
+            deliveries INTEGER NOT NULL,
+            output TEXT NOT NULL DEFAULT '',
+            started_at INTEGER,
+            finished_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX turn_results_conversation ON turn_results (conversation_id, id)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

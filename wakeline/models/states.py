@@ -30,6 +30,35 @@ class Outcome(StrEnum):
     HELD = "held"
 
 
+class TurnState(StrEnum):
+    """A turn record's state: it runs, waits for a retry, or waits for an operator."""
+
+    RUNNING = "running"
+    RETRY = "retry"
+    STALLED = "stalled"
+
+
+class TurnResultKind(StrEnum):
+    """How a turn ended; also the `completion` of the deliveries it carried."""
+
+    RESPONSE = "response"  # exit 0
+    ERROR = "error"  # exit 1
+    ELICITATION = "elicitation"  # exit 2
+    STOPPED = "stopped"  # the operator or the requester stopped it
+    RESET = "reset"  # a context reset cleared it
+    ABANDONED = "abandoned"  # an operator gave up on a stalled turn
+    RETIRED = "retired"  # the issue reached a terminal state
+
+
+class ConversationState(StrEnum):
+    """What `GET /v1/conversations` shows."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    STALLED = "stalled"
+    TERMINAL = "terminal"
+
+
 class ConversationKind(StrEnum):
     """Issue conversations run agent turns; the inbox is the reading room."""
 

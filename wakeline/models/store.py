@@ -19,8 +19,9 @@ from peewee import DatabaseError, SqliteDatabase, fn
 from wakeline.clock import Clock
 from wakeline.errors import Unavailable
 from wakeline.models.db import open_database
-from wakeline.models.envelopes import Subject, dump_envelope
-from wakeline.models.states import ConversationKind, DeliveryState, Outcome
+from wakeline.models.envelopes import dump_envelope
+from wakeline.models.fifo import Fifo
+from wakeline.models.states import ConversationKind, DeliveryState, Outcome, TurnState
 from wakeline.models.tables import Tables, bind_tables
 from wakeline.routing import AdmissionPlan
 
@@ -47,6 +48,9 @@ class Counts:
     """The counters `GET /v1/status` reports."""
 
     conversations: int
+    running: int
+    stalled: int
+    terminal: int
     fifo_pending: int
     fifo_claimed: int
     inbox_unread: int
@@ -59,6 +63,7 @@ class Store:
         self.db = db
         self.clock = clock
         self.t: Tables = bind_tables(db)
+        self.fifo = Fifo(db, self.t)
 
     @classmethod
     def open(cls, path: Path, clock: Clock) -> "Store":
@@ -110,9 +115,15 @@ class Store:
         )
         if first is not None:
             return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first.outcome))
-        conversation_id = None
-        if plan.to_fifo and plan.subject is not None:
-            conversation_id = self._conversation(plan.subject, plan.title, plan.route, plan.received_ms)
+        outcome, reason = plan.outcome, plan.reason
+        conversation_id, to_fifo, lifecycle_changed = None, plan.to_fifo, False
+        if plan.subject is not None and (plan.to_fifo or plan.lifecycle is not None):
+            conversation_id = self._conversation(plan, create=plan.to_fifo or plan.route is not None)
+        if conversation_id is not None:
+            lifecycle_changed = self._apply_lifecycle(conversation_id, plan)
+            if to_fifo and self._is_terminal(conversation_id):
+                # A terminal conversation takes no new turns until Linear reopens the issue.
+                to_fifo, outcome, reason = False, Outcome.IGNORED, "terminal"
         receipt_id = receipts.insert(
             delivery_id=d.delivery_id,
             body_sha256=d.body_sha256,
@@ -120,20 +131,22 @@ class Store:
             action=d.action,
             received_at=plan.received_ms,
             webhook_at=d.webhook_ms,
-            outcome=plan.outcome.value,
-            reason=plan.reason,
+            outcome=outcome.value,
+            reason=reason,
             conversation_id=conversation_id,
         ).execute()
-        if conversation_id is not None and d.envelope is not None:
+        if to_fifo and conversation_id is not None and d.envelope is not None:
+            envelope = dump_envelope(d.envelope)
             self.t.deliveries.insert(
                 conversation_id=conversation_id,
                 receipt_id=receipt_id,
                 state=DeliveryState.PENDING.value,
-                envelope=dump_envelope(d.envelope),
+                envelope=envelope,
                 headline=d.headline,
                 received_at=plan.received_ms,
+                size_bytes=len(envelope),
             ).execute()
-        if plan.to_inbox:
+        if d.inbox_event is not None and plan.outcome is Outcome.ACCEPTED:
             event = json.dumps(d.inbox_event, ensure_ascii=False, separators=(",", ":"))
             self.t.inbox.insert(
                 receipt_id=receipt_id,
@@ -142,31 +155,57 @@ class Store:
                 event=event,
                 size_bytes=len(event.encode("utf-8")),
             ).execute()
-        return AdmissionResult(plan.outcome, plan.reason, conversation_id)
+        woke = to_fifo or lifecycle_changed
+        return AdmissionResult(outcome, reason, conversation_id if woke else None)
 
-    def _conversation(self, subject: Subject, title: str | None, route: str | None, now: int) -> str:
-        convs = self.t.conversations
+    def _conversation(self, plan: AdmissionPlan, *, create: bool) -> str | None:
+        convs, subject, now = self.t.conversations, plan.subject, plan.received_ms
+        assert subject is not None
         row = (
             convs.select(convs.id, convs.title)
             .where((convs.namespace == subject.namespace) & (convs.key == subject.key))
             .first()
         )
         if row is not None:
-            if title and not row.title:
-                convs.update(title=title, updated_at=now).where(convs.id == row.id).execute()
-            return row.id
+            if plan.title and not row.title:
+                convs.update(title=plan.title, updated_at=now).where(convs.id == row.id).execute()
+            return str(row.id)
+        if not create:
+            return None
+        envelope = plan.delivery.envelope
+        issue = envelope.issue if envelope is not None else None
         conversation_id = "cv_" + secrets.token_hex(8)
         convs.insert(
             id=conversation_id,
             namespace=subject.namespace,
             key=subject.key,
             kind=ConversationKind.ISSUE.value,
-            title=title or "",
-            route=route,
+            title=plan.title or "",
+            route=plan.route,
             created_at=now,
             updated_at=now,
+            issue_id=subject.key,
+            issue_identifier=issue.identifier if issue else None,
+            tainted=plan.tainted,
         ).execute()
         return conversation_id
+
+    def _is_terminal(self, conversation_id: str) -> bool:
+        c = self.t.conversations
+        return bool(c.select(c.terminal).where(c.id == conversation_id).scalar())
+
+    def _apply_lifecycle(self, conversation_id: str, plan: AdmissionPlan) -> bool:
+        """Record terminal intent (retiring unfinished work) or clear it; True if it changed."""
+        if plan.lifecycle is None:
+            return False
+        terminal = plan.lifecycle == "terminal"
+        if self._is_terminal(conversation_id) == terminal:
+            return False
+        c = self.t.conversations
+        c.update(terminal=terminal, updated_at=plan.received_ms).where(c.id == conversation_id).execute()
+        if terminal:
+            self.fifo.retire(conversation_id, plan.received_ms)
+        return True
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -177,12 +216,23 @@ class Store:
             d.select(d.state, fn.COUNT(d.id)).where(d.state != DeliveryState.COMPLETED.value)
             .group_by(d.state).tuples()
         )
+        tt = self.t.turns
+        turns = dict(tt.select(tt.state, fn.COUNT(tt.id)).group_by(tt.state).tuples())
+        c = self.t.conversations
         return Counts(
-            conversations=self.t.conversations.select().count(),
+            conversations=c.select().count(),
+            running=turns.get(TurnState.RUNNING.value, 0) + turns.get(TurnState.RETRY.value, 0),
+            stalled=turns.get(TurnState.STALLED.value, 0),
+            terminal=c.select().where(c.terminal == True).count(),  # noqa: E712
             fifo_pending=by_state.get(DeliveryState.PENDING.value, 0),
             fifo_claimed=by_state.get(DeliveryState.CLAIMED.value, 0),
             inbox_unread=self.inbox_unread_count(),
         )
+
+    def conversation_exists(self, conversation_id: str) -> bool:
+        """True when the conversation id is known."""
+        c = self.t.conversations
+        return c.select().where(c.id == conversation_id).exists()
 
     def receipt(self, delivery_id: str) -> Any:
         """The receipt row of a delivery id, or None."""

@@ -28,6 +28,13 @@ class Conversation(_Table):
     route = TextField(null=True)
     created_at = IntegerField()
     updated_at = IntegerField()
+    session_id = TextField(null=True)
+    reset_at = IntegerField(null=True)
+    terminal = BooleanField(default=False)
+    issue_id = TextField(null=True)
+    issue_identifier = TextField(null=True)
+    agent_session_id = TextField(null=True)
+    tainted = BooleanField(default=False)
 
     class Meta:
         table_name = "conversations"
@@ -63,9 +70,45 @@ class Delivery(_Table):
     received_at = IntegerField()
     completed_at = IntegerField(null=True)
     completion = TextField(null=True)
+    turn_id = TextField(null=True)
+    size_bytes = IntegerField(default=0)
 
     class Meta:
         table_name = "deliveries"
+
+
+class Turn(_Table):
+    """A turn in flight: it owns its conversation's claimed deliveries."""
+
+    id = TextField(primary_key=True)
+    conversation_id = TextField(unique=True)
+    state = TextField()
+    attempt = IntegerField(default=1)
+    created_at = IntegerField()
+    started_at = IntegerField(null=True)
+    next_attempt_at = IntegerField(null=True)
+    last_error = TextField(null=True)
+
+    class Meta:
+        table_name = "turns"
+
+
+class TurnResult(_Table):
+    """The record of a finished (or given-up) turn."""
+
+    id = IntegerField(primary_key=True)
+    turn_id = TextField()
+    conversation_id = TextField()
+    result = TextField()
+    exit_code = IntegerField(null=True)
+    attempts = IntegerField()
+    deliveries = IntegerField()
+    output = TextField(default="")
+    started_at = IntegerField(null=True)
+    finished_at = IntegerField()
+
+    class Meta:
+        table_name = "turn_results"
 
 
 class InboxMessage(_Table):
@@ -103,6 +146,8 @@ class Tables:
     deliveries: Any
     inbox: Any
     settings: Any
+    turns: Any
+    turn_results: Any
 
 
 def bind_tables(db: Database) -> Tables:
@@ -118,4 +163,6 @@ def bind_tables(db: Database) -> Tables:
         deliveries=bound(Delivery),
         inbox=bound(InboxMessage),
         settings=bound(Setting),
+        turns=bound(Turn),
+        turn_results=bound(TurnResult),
     )

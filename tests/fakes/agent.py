@@ -1,0 +1,74 @@
+"""A scriptable agent for tests: `python agent.py MODE [ARG]`.
+
+Every mode first appends one JSON line to $FAKE_AGENT_LOG (when set) with the
+turn's identity, the headlines it was given and its environment keys, so tests
+can check ordering and exactly-once completion from the outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def record(prompt: str) -> None:
+    path = os.environ.get("FAKE_AGENT_LOG")
+    if not path:
+        return
+    line = {
+        "conversation": os.environ.get("WAKELINE_CONVERSATION_ID"),
+        "turn": os.environ.get("WAKELINE_TURN_ID"),
+        "session": os.environ.get("WAKELINE_SESSION_ID"),
+        "issue": os.environ.get("WAKELINE_ISSUE_IDENTIFIER"),
+        "headlines": [l[2:] for l in prompt.splitlines() if l.startswith("- ")],
+        "env": sorted(os.environ),
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+    }
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def main() -> int:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+    arg = sys.argv[2] if len(sys.argv) > 2 else ""
+    prompt = sys.stdin.read()
+    record(prompt)
+    if mode == "ok":
+        print(f"done: {len(prompt)} chars")
+        return 0
+    if mode == "exit":
+        print(f"exiting with {arg}")
+        return int(arg)
+    if mode == "prompt":
+        sys.stdout.write(prompt)
+        return 0
+    if mode == "env":
+        print(json.dumps(dict(os.environ)))
+        return 0
+    if mode == "sleep":
+        time.sleep(float(arg or 3600))
+        return 0
+    if mode == "ignore-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ignoring SIGTERM", flush=True)
+        time.sleep(3600)
+        return 0
+    if mode == "flood":
+        chunk = b"x" * 65536
+        for _ in range(int(arg or 1600)):  # 1600 x 64 KiB = 100 MiB
+            sys.stdout.buffer.write(chunk)
+        return 0
+    if mode == "kill-self":
+        os.kill(os.getpid(), signal.SIGKILL)
+    print(f"unknown mode {mode}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Fixtures for turn tests: a real service whose agent is tests/fakes/agent.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import requests
+
+from tests.conftest import OPERATOR_TOKEN, signed
+from wakeline.app import Service, build_service
+from wakeline.config import Config
+from wakeline.secrets import Secrets
+
+AGENT = Path(__file__).resolve().parents[2] / "fakes" / "agent.py"
+
+
+class Harness:
+    """A running service plus helpers to feed it and read what its agent did."""
+
+    def __init__(self, service: Service, log: Path) -> None:
+        self.service = service
+        self.log = log
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {OPERATOR_TOKEN}"
+
+    def deliver(self, body: dict[str, Any], delivery: str | None = None) -> dict[str, Any]:
+        raw, headers = signed(body, delivery=delivery)
+        resp = requests.post(self.service.ingress.url + "/webhooks/linear", data=raw, headers=headers,
+                             timeout=10)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def api(self, method: str, path: str, **kw: Any) -> requests.Response:
+        return self.http.request(method, self.service.operator.url + path, timeout=10, **kw)
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def conversation(self, conversation_id: str) -> dict[str, Any]:
+        return self.api("GET", f"/v1/conversations/{conversation_id}").json()
+
+    def only_conversation(self) -> dict[str, Any]:
+        convs = self.api("GET", "/v1/conversations").json()["conversations"]
+        issue = [c for c in convs if c["kind"] == "issue"]
+        assert len(issue) == 1, issue
+        return self.conversation(issue[0]["id"])
+
+
+@pytest.fixture
+def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
+            ) -> Iterator[Callable[..., Harness]]:
+    """Start a service whose agent runs `agent.py MODE ARG`; agent keywords override [agent]."""
+    started: list[Service] = []
+
+    def start(mode: str = "ok", arg: str = "", **agent: Any) -> Harness:
+        argv = [sys.executable, str(AGENT), mode] + ([arg] if arg else [])
+        config = make_config(
+            state_dir=f"state{len(started)}",
+            agent={"command": argv, **agent},
+            routes=[{"name": "eng", "teams": ["ENG"]}, {"name": "ops", "teams": ["OPS"], "mode": "issue"}],
+        )
+        log = tmp_path / f"agent-runs{len(started)}.jsonl"
+        env = {"PATH": "/usr/bin:/bin", "FAKE_AGENT_LOG": str(log),
+               "WAKELINE_LINEAR_API_KEY": "must-not-leak", "UNRELATED": "kept"}
+        service = build_service(config, secrets, base_env=env, tick_seconds=0.05)
+        service.turn_env.kill_grace_seconds = 0.5
+        service.start()
+        started.append(service)
+        return Harness(service, log)
+
+    yield start
+    for service in started:
+        service.stop()

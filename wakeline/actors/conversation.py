@@ -1,0 +1,290 @@
+"""ConversationActor: runs one conversation's turns, one at a time.
+
+The actor never blocks its mailbox on an agent: the child runs on a
+`TurnProcess` thread that tells the actor when it ends, so stop, reset and
+wake messages are handled while a turn runs. The actor holds one of the
+supervisor's turn slots from the moment it is started until it reports
+`turn_ended`; the supervisor decides whether it runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pykka
+
+from wakeline.clock import Clock, to_ms
+from wakeline.config import Config
+from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec
+from wakeline.models.fifo import ClaimedTurn
+from wakeline.models.states import TurnResultKind, TurnState
+from wakeline.models.store import Store
+from wakeline.prompts import issue_prompt
+from wakeline.secrets import create_secret_file
+from wakeline.tokens import Lane, TokenRegistry
+
+log = logging.getLogger(__name__)
+
+RESULT_BY_EXIT = {0: TurnResultKind.RESPONSE, 1: TurnResultKind.ERROR, 2: TurnResultKind.ELICITATION}
+
+
+@dataclass(frozen=True)
+class FinishedTurn:
+    """A finalised turn, as listeners (Linear replies, the journal) see it."""
+
+    turn: ClaimedTurn
+    result: TurnResultKind
+    output: str
+    exit_code: int | None
+
+
+@dataclass
+class TurnEnv:
+    """What every ConversationActor needs; built once by the composition root."""
+
+    store: Store
+    clock: Clock
+    config: Config
+    tokens: TokenRegistry
+    secret_values: list[str]
+    api_url: Callable[[], str]
+    base_env: Mapping[str, str]
+    backoff_seconds: Sequence[int] = (5, 30, 120, 600)
+    kill_grace_seconds: float = 10.0
+    on_finished: list[Callable[[FinishedTurn], None]] = field(default_factory=list)
+
+    @property
+    def workspaces(self) -> Path:
+        """Per-conversation working directories."""
+        return self.config.state_path / "workspaces"
+
+    @property
+    def prompts(self) -> Path:
+        """Where prompt files wait for their child to read them."""
+        return self.config.state_path / "turns"
+
+
+@dataclass
+class _Running:
+    turn: ClaimedTurn
+    process: TurnProcess
+    token: str
+    started: float
+    stop_reason: TurnResultKind | str | None = None
+    stop_requested: float | None = None
+    killed: bool = False
+
+
+class ConversationActor(pykka.ThreadingActor):
+    """Serialises the turns of one conversation."""
+
+    def __init__(self, conversation_id: str, env: TurnEnv, supervisor: Any) -> None:
+        super().__init__()
+        self.conversation_id = conversation_id
+        self._env = env
+        self._supervisor = supervisor
+        self._running: _Running | None = None
+
+    def on_start(self) -> None:
+        """Name the thread after the conversation for logs and dumps."""
+        import threading
+
+        threading.current_thread().name = f"conversation-{self.conversation_id}"
+
+    def on_stop(self) -> None:
+        """Leave the turn record for recovery; stop the child; close this thread's connection."""
+        if self._running is not None:
+            self._env.tokens.revoke(self._running.token)
+            self._running.process.terminate()
+        self._env.store.close()
+
+    def on_failure(self, *args: Any) -> None:
+        """A crash of the actor leaves the durable turn to the next recovery."""
+        self.on_stop()
+
+    # --- messages ----------------------------------------------------------------------------
+
+    def run_next(self) -> None:
+        """Claim (or resume) a turn and start it; report `turn_ended` when there is none."""
+        if self._running is not None:
+            return
+        now = to_ms(self._env.clock.now())
+        try:
+            turn = self._env.store.fifo.claim(self.conversation_id, now)
+        except Exception:
+            log.exception("claim failed", extra={"conversation_id": self.conversation_id})
+            turn = None
+        if turn is None:
+            self._supervisor.turn_ended(self.conversation_id)
+            return
+        self._start(turn)
+
+    def wake(self) -> None:
+        """New work arrived, or the conversation changed: stop a turn that no longer exists."""
+        running = self._running
+        if running is not None and running.stop_reason is None:
+            if not self._env.store.fifo.turn_alive(running.turn.turn_id):
+                self._request_stop(TurnResultKind.RETIRED)
+
+    def stop_turn(self) -> bool:
+        """Stop the running turn; its deliveries complete as stopped. False when none runs."""
+        if self._running is None or self._running.stop_reason is not None:
+            return False
+        self._request_stop(TurnResultKind.STOPPED)
+        return True
+
+    def reset(self) -> dict[str, Any]:
+        """A clear boundary now: new session, earlier work completed as reset, the turn stopped."""
+        now = to_ms(self._env.clock.now())
+        outcome = self._env.store.fifo.reset(self.conversation_id, now)
+        if self._running is not None and self._running.stop_reason is None:
+            self._request_stop(TurnResultKind.RESET)
+        return {"sessionId": outcome.session_id if outcome else None,
+                "completed": outcome.completed if outcome else 0}
+
+    def tick(self) -> None:
+        """Enforce the turn timeout and the kill grace period, by the injected clock."""
+        running = self._running
+        if running is None:
+            return
+        now = self._env.clock.monotonic()
+        if running.stop_reason is None and now - running.started > self._env.config.agent.timeout_seconds:
+            log.warning("turn timed out", extra={"turn_id": running.turn.turn_id})
+            self._request_stop("timeout")
+        elif (running.stop_requested is not None and not running.killed
+              and now - running.stop_requested > self._env.kill_grace_seconds):
+            running.killed = True
+            running.process.kill()
+
+    def runner_finished(self, turn_id: str, outcome: RunOutcome) -> None:
+        """The child exited: finalise, or record a failed attempt; then report to the supervisor."""
+        running = self._running
+        if running is None or running.turn.turn_id != turn_id:
+            return
+        self._running = None
+        self._env.tokens.revoke(running.token)
+        try:
+            self._settle(running, outcome)
+        except Exception:
+            # The turn record survives: recovery re-runs it. Never lose it silently.
+            log.exception("finalising failed", extra={"turn_id": turn_id})
+        self._supervisor.turn_ended(self.conversation_id)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _request_stop(self, reason: TurnResultKind | str) -> None:
+        running = self._running
+        assert running is not None
+        running.stop_reason = reason
+        running.stop_requested = self._env.clock.monotonic()
+        running.process.terminate()
+
+    def _settle(self, running: _Running, outcome: RunOutcome) -> None:
+        turn, store = running.turn, self._env.store
+        now = to_ms(self._env.clock.now())
+        reason = running.stop_reason
+        if reason in (TurnResultKind.RESET, TurnResultKind.RETIRED):
+            return  # the reset or retirement already completed the turn's deliveries
+        if reason is TurnResultKind.STOPPED:
+            self._finalise(turn, TurnResultKind.STOPPED, now, outcome, "stopped by request")
+            return
+        result = RESULT_BY_EXIT.get(outcome.exit_code) if reason is None else None
+        if result is not None:
+            self._finalise(turn, result, now, outcome, outcome.stdout)
+            return
+        error = self._failure_text(reason, outcome)
+        state = store.fifo.fail(turn.turn_id, error, now, self._env.backoff_seconds)
+        log.warning("turn failed", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
+                                           "error": error, "state": state})
+        if state is TurnState.STALLED:
+            log.error("conversation stalled", extra={"conversation_id": turn.conversation_id})
+
+    @staticmethod
+    def _failure_text(reason: TurnResultKind | str | None, outcome: RunOutcome) -> str:
+        if reason == "timeout":
+            return "timed out"
+        if outcome.spawn_error:
+            return outcome.spawn_error
+        if outcome.signalled:
+            return f"killed by {signal.Signals(-outcome.exit_code).name}"  # type: ignore[operator]
+        tail = outcome.stderr_tail.strip().splitlines()[-1:] if outcome.stderr_tail else []
+        return f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail else "")
+
+    def _finalise(self, turn: ClaimedTurn, result: TurnResultKind, now: int, outcome: RunOutcome,
+                  output: str) -> None:
+        if not self._env.store.fifo.finalise(turn.turn_id, result, now, exit_code=outcome.exit_code,
+                                             output=output):
+            return
+        finished = FinishedTurn(turn, result, output, outcome.exit_code)
+        for listener in self._env.on_finished:
+            try:
+                listener(finished)
+            except Exception:
+                log.exception("turn listener failed", extra={"turn_id": turn.turn_id})
+
+    def _start(self, turn: ClaimedTurn) -> None:
+        env = self._env
+        lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
+        token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
+        workspace = env.workspaces / turn.conversation_id
+        workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+        prompt_file = env.prompts / f"{turn.turn_id}.{turn.attempt}.prompt"
+        prompt_file.unlink(missing_ok=True)
+        create_secret_file(prompt_file, issue_prompt(turn, env.secret_values))
+        spec = TurnSpec(
+            turn_id=turn.turn_id,
+            argv=tuple(agent_argv(env.config, turn.route)),
+            cwd=workspace,
+            env=agent_environment(env.base_env, env.secret_values, {
+                "WAKELINE_CONVERSATION_ID": turn.conversation_id,
+                "WAKELINE_SESSION_ID": turn.session_id,
+                "WAKELINE_TURN_ID": turn.turn_id,
+                "WAKELINE_API_URL": env.api_url(),
+                "WAKELINE_TOKEN": token,
+                "WAKELINE_ISSUE_ID": turn.issue_id or "",
+                "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",
+            }),
+            prompt_file=prompt_file,
+        )
+        me = self.actor_ref.proxy()
+
+        def on_exit(outcome: RunOutcome) -> None:
+            try:
+                me.runner_finished(turn.turn_id, outcome)
+            except pykka.ActorDeadError:
+                pass  # shutting down: the turn record stays for recovery
+
+        process = TurnProcess(spec, on_exit)
+        self._running = _Running(turn, process, token, env.clock.monotonic())
+        log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
+                                         "deliveries": len(turn.entries)})
+        process.start()
+
+
+def agent_argv(config: Config, route_name: str | None) -> list[str]:
+    """The route's command, else `agent.command`; a leading `python` is wakeline's interpreter."""
+    route = next((r for r in config.routes if r.name == route_name), None)
+    argv = list((route.command if route and route.command else None) or config.agent.command)
+    if argv[0] in ("python", "python3"):
+        argv[0] = sys.executable
+    return argv
+
+
+def agent_environment(base: Mapping[str, str], secret_values: Sequence[str],
+                      extra: Mapping[str, str]) -> dict[str, str]:
+    """The inherited environment without wakeline's own variables or any secret, plus `extra`."""
+    held = set(secret_values)
+    env = {k: v for k, v in base.items() if not k.startswith("WAKELINE_") and v not in held}
+    env.update({k: v for k, v in extra.items() if v})
+    return env
+
+
+def default_base_env() -> dict[str, str]:
+    """The service's environment, read once at the composition root."""
+    return dict(os.environ)

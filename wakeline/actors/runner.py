@@ -1,0 +1,177 @@
+"""The turn runner: one agent child process, watched from its own thread.
+
+The child runs in its own process group (so stop reaches everything it
+started), reads the prompt from a file on stdin, and has its stdout and stderr
+read with fixed bounds: a flood costs CPU, never memory. When the child exits
+the runner calls `on_exit` with a `RunOutcome`; it never decides what the
+outcome means.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+log = logging.getLogger(__name__)
+
+STDOUT_MAX_BYTES = 1_048_576
+STDERR_TAIL_BYTES = 16_384
+_CHUNK = 65_536
+
+
+@dataclass(frozen=True)
+class TurnSpec:
+    """How to start one agent turn."""
+
+    turn_id: str
+    argv: tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str]
+    prompt_file: Path
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the child did: an exit code, or a reason it never ran or was signalled."""
+
+    exit_code: int | None
+    stdout: str = ""
+    stdout_truncated: bool = False
+    stderr_tail: str = ""
+    spawn_error: str | None = None
+
+    @property
+    def signalled(self) -> bool:
+        """True when a signal ended the child."""
+        return self.exit_code is not None and self.exit_code < 0
+
+
+@dataclass
+class _Capture:
+    limit: int
+    keep_tail: bool = False
+    data: bytearray = field(default_factory=bytearray)
+    dropped: int = 0
+
+    def add(self, chunk: bytes) -> None:
+        if self.keep_tail:
+            self.data += chunk
+            if len(self.data) > self.limit:
+                self.dropped += len(self.data) - self.limit
+                del self.data[: len(self.data) - self.limit]
+            return
+        room = self.limit - len(self.data)
+        self.data += chunk[:room]
+        self.dropped += max(len(chunk) - room, 0)
+
+
+class TurnProcess:
+    """Runs one agent process on a named thread and reports its outcome once."""
+
+    def __init__(self, spec: TurnSpec, on_exit: Callable[[RunOutcome], None]) -> None:
+        self.spec = spec
+        self._on_exit = on_exit
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"turn-{spec.turn_id}", daemon=True)
+
+    def start(self) -> None:
+        """Spawn the child on the runner thread."""
+        self._thread.start()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid (its process group id too), once started."""
+        return self._proc.pid if self._proc else None
+
+    def signal(self, signum: int) -> None:
+        """Send a signal to the child's whole process group; a gone group is fine."""
+        self._started.wait(5)
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def terminate(self) -> None:
+        """SIGTERM to the group."""
+        self.signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the group."""
+        self.signal(signal.SIGKILL)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the runner thread."""
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            outcome = self._execute()
+        except Exception as exc:  # a runner crash is a failed turn, never a silent loss
+            log.exception("turn runner failed", extra={"turn_id": self.spec.turn_id})
+            outcome = RunOutcome(exit_code=None, spawn_error=f"runner crashed: {exc.__class__.__name__}")
+        self._on_exit(outcome)
+
+    def _execute(self) -> RunOutcome:
+        spec = self.spec
+        try:
+            with open(spec.prompt_file, "rb") as stdin:
+                self._proc = subprocess.Popen(
+                    list(spec.argv),
+                    cwd=spec.cwd,
+                    env=dict(spec.env),
+                    stdin=stdin,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as exc:
+            return RunOutcome(exit_code=None, spawn_error=f"{exc.__class__.__name__}: {exc.strerror or exc}")
+        finally:
+            self._started.set()
+            spec.prompt_file.unlink(missing_ok=True)
+        out = _Capture(STDOUT_MAX_BYTES)
+        err = _Capture(STDERR_TAIL_BYTES, keep_tail=True)
+        self._pump(self._proc, out, err)
+        code = self._proc.wait()
+        # Whatever the agent left running in its group ends with the turn.
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return RunOutcome(
+            exit_code=code,
+            stdout=out.data.decode("utf-8", "replace"),
+            stdout_truncated=out.dropped > 0,
+            stderr_tail=err.data.decode("utf-8", "replace"),
+        )
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, out)
+            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            while sel.get_map():
+                # A grandchild may keep the pipes open after the agent exits: stop then.
+                events = sel.select(timeout=0.2)
+                if not events and proc.poll() is not None:
+                    break
+                for key, _ in events:
+                    chunk = os.read(key.fd, _CHUNK)
+                    if chunk:
+                        key.data.add(chunk)
+                    else:
+                        sel.unregister(key.fileobj)
+        proc.stdout.close()
+        proc.stderr.close()

@@ -1,0 +1,1 @@
+"""Agents bundled with wakeline (the demo agent)."""

@@ -1,0 +1,315 @@
+"""The per-conversation FIFO: claims, finalisation, failures, resets, recovery.
+
+Every method is one transaction. A turn record owns its conversation's claimed
+deliveries; the `turns.conversation_id` UNIQUE constraint makes "at most one
+claim per conversation" a property of the schema, not of the callers.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from peewee import SqliteDatabase, fn
+
+from wakeline.models.envelopes import AgentSession, DataChange, parse_envelope
+from wakeline.models.states import DeliveryState, TurnResultKind, TurnState
+from wakeline.models.tables import Tables
+
+BATCH_MAX_DELIVERIES = 50
+BATCH_MAX_BYTES = 30_000
+OUTPUT_MAX_CHARS = 64_000
+
+
+@dataclass(frozen=True)
+class FifoEntry:
+    """One claimed delivery, as a turn sees it."""
+
+    seq: int
+    headline: str
+    received_at: int
+    envelope: DataChange | AgentSession
+
+
+@dataclass(frozen=True)
+class ClaimedTurn:
+    """A turn ready to run: its batch, attempt and conversation facts."""
+
+    turn_id: str
+    conversation_id: str
+    attempt: int
+    session_id: str
+    kind: str
+    route: str | None
+    title: str
+    issue_id: str | None
+    issue_identifier: str | None
+    tainted: bool
+    entries: tuple[FifoEntry, ...]
+
+
+@dataclass(frozen=True)
+class ResetOutcome:
+    """What a context reset did."""
+
+    session_id: str
+    completed: int
+    cleared_turn: str | None
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+class Fifo:
+    """Claims and their lifecycle over one database."""
+
+    def __init__(self, db: SqliteDatabase, tables: Tables) -> None:
+        self._db = db
+        self._t = tables
+
+    # --- claims ----------------------------------------------------------------------------
+
+    def claim(self, conversation_id: str, now: int, *, max_deliveries: int = BATCH_MAX_DELIVERIES,
+              max_bytes: int = BATCH_MAX_BYTES) -> ClaimedTurn | None:
+        """Resume the conversation's surviving turn, or claim its oldest pending batch.
+
+        Returns None when there is nothing to run: no pending delivery, a stalled
+        turn waiting for an operator, or a terminal conversation.
+        """
+        t = self._t
+        with self._db.atomic():
+            conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
+            if conv is None:
+                return None
+            turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
+            if turn is not None:
+                if turn.state == TurnState.STALLED:
+                    return None
+                t.turns.update(state=TurnState.RUNNING.value, started_at=now, next_attempt_at=None) \
+                    .where(t.turns.id == turn.id).execute()
+                return self._claimed(conv, turn.id, turn.attempt)
+            if conv.terminal:
+                return None
+            d = t.deliveries
+            rows = list(
+                d.select(d.id, d.size_bytes)
+                .where((d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value))
+                .order_by(d.id).limit(max_deliveries).tuples()
+            )
+            if not rows:
+                return None
+            batch, used = [], 0
+            for seq, size in rows:
+                if batch and used + size > max_bytes:
+                    break
+                batch.append(seq)
+                used += size
+            turn_id = _new_id("turn")
+            t.turns.insert(id=turn_id, conversation_id=conversation_id, state=TurnState.RUNNING.value,
+                           attempt=1, created_at=now, started_at=now).execute()
+            d.update(state=DeliveryState.CLAIMED.value, turn_id=turn_id).where(d.id.in_(batch)).execute()
+            if not conv.session_id:
+                conv.session_id = _new_id("ses")
+                t.conversations.update(session_id=conv.session_id, updated_at=now) \
+                    .where(t.conversations.id == conversation_id).execute()
+            return self._claimed(conv, turn_id, 1)
+
+    def _claimed(self, conv: Any, turn_id: str, attempt: int) -> ClaimedTurn:
+        d = self._t.deliveries
+        rows = d.select().where(d.turn_id == turn_id).order_by(d.id)
+        entries = tuple(
+            FifoEntry(r.id, r.headline, r.received_at, parse_envelope(r.envelope)) for r in rows
+        )
+        return ClaimedTurn(
+            turn_id=turn_id,
+            conversation_id=conv.id,
+            attempt=attempt,
+            session_id=conv.session_id or "",
+            kind=conv.kind,
+            route=conv.route,
+            title=conv.title,
+            issue_id=conv.issue_id,
+            issue_identifier=conv.issue_identifier,
+            tainted=bool(conv.tainted),
+            entries=entries,
+        )
+
+    def turn_alive(self, turn_id: str) -> bool:
+        """True while the turn record exists (a reset or retirement removes it)."""
+        return self._t.turns.select().where(self._t.turns.id == turn_id).exists()
+
+    # --- endings ---------------------------------------------------------------------------
+
+    def finalise(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
+                 output: str = "") -> bool:
+        """Complete the turn's deliveries, record the result and remove the turn: one transaction.
+
+        Returns False when the turn no longer exists (reset, retired or abandoned meanwhile).
+        """
+        with self._db.atomic():
+            return self._end(turn_id, result, now, exit_code=exit_code, output=output)
+
+    def _end(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
+             output: str = "") -> bool:
+        t = self._t
+        turn = t.turns.get_or_none(t.turns.id == turn_id)
+        if turn is None:
+            return False
+        d = t.deliveries
+        count = d.update(state=DeliveryState.COMPLETED.value, completed_at=now, completion=result.value) \
+            .where((d.turn_id == turn_id) & (d.state == DeliveryState.CLAIMED.value)).execute()
+        t.turn_results.insert(
+            turn_id=turn_id, conversation_id=turn.conversation_id, result=result.value,
+            exit_code=exit_code, attempts=turn.attempt, deliveries=count,
+            output=output[:OUTPUT_MAX_CHARS], started_at=turn.started_at, finished_at=now,
+        ).execute()
+        t.turns.delete().where(t.turns.id == turn_id).execute()
+        return True
+
+    def fail(self, turn_id: str, error: str, now: int, backoff_seconds: Sequence[int]) -> TurnState | None:
+        """Record a failed attempt; the turn keeps its claim.
+
+        The turn waits `backoff_seconds[attempt - 1]` before its next attempt; after
+        the last entry it is stalled until an operator retries or abandons it.
+        """
+        t = self._t
+        with self._db.atomic():
+            turn = t.turns.get_or_none(t.turns.id == turn_id)
+            if turn is None:
+                return None
+            if turn.attempt > len(backoff_seconds):
+                state, next_at = TurnState.STALLED, None
+            else:
+                state, next_at = TurnState.RETRY, now + backoff_seconds[turn.attempt - 1] * 1000
+            t.turns.update(state=state.value, next_attempt_at=next_at, last_error=error[:2000],
+                           attempt=turn.attempt + (state is TurnState.RETRY)) \
+                .where(t.turns.id == turn_id).execute()
+            return state
+
+    def due_retries(self, now: int) -> list[str]:
+        """Conversations whose failed turn may run again now."""
+        tt = self._t.turns
+        q = tt.select(tt.conversation_id).where(
+            (tt.state == TurnState.RETRY.value) & (tt.next_attempt_at <= now)
+        )
+        return [r.conversation_id for r in q]
+
+    def retry(self, conversation_id: str, now: int) -> bool:
+        """Let a stalled turn run again at once, with a fresh attempt budget."""
+        tt = self._t.turns
+        with self._db.atomic():
+            return bool(
+                tt.update(state=TurnState.RETRY.value, next_attempt_at=now, attempt=1)
+                .where((tt.conversation_id == conversation_id) & (tt.state == TurnState.STALLED.value))
+                .execute()
+            )
+
+    def abandon(self, conversation_id: str, now: int) -> bool:
+        """Give up on a stalled turn: its deliveries complete as abandoned."""
+        tt = self._t.turns
+        with self._db.atomic():
+            turn = tt.get_or_none((tt.conversation_id == conversation_id) & (tt.state == TurnState.STALLED.value))
+            return turn is not None and self._end(turn.id, TurnResultKind.ABANDONED, now,
+                                                   output=turn.last_error or "")
+
+    def reset(self, conversation_id: str, now: int) -> ResetOutcome | None:
+        """A clear boundary at `now`: a new session; work received up to it is completed as reset.
+
+        The current turn, if any, is removed with its claims; deliveries received
+        after the boundary stay pending and start with the new session.
+        """
+        t = self._t
+        with self._db.atomic():
+            conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
+            if conv is None:
+                return None
+            turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
+            if turn is not None:
+                self._end(turn.id, TurnResultKind.RESET, now)
+            session_id = _new_id("ses")
+            t.conversations.update(session_id=session_id, reset_at=now, updated_at=now) \
+                .where(t.conversations.id == conversation_id).execute()
+            completed = self._complete_before_boundary(conversation_id, now)
+            return ResetOutcome(session_id, completed, turn.id if turn else None)
+
+    def _complete_before_boundary(self, conversation_id: str, boundary: int) -> int:
+        d = self._t.deliveries
+        live_turns = self._t.turns.select(self._t.turns.id)
+        orphan_or_pending = (d.state == DeliveryState.PENDING.value) | (
+            (d.state == DeliveryState.CLAIMED.value) & (d.turn_id.is_null() | d.turn_id.not_in(live_turns))
+        )
+        return (
+            d.update(state=DeliveryState.COMPLETED.value, completed_at=boundary,
+                     completion=TurnResultKind.RESET.value)
+            .where((d.conversation_id == conversation_id) & (d.received_at <= boundary) & orphan_or_pending)
+            .execute()
+        )
+
+    def retire(self, conversation_id: str, now: int) -> int:
+        """Terminal intent: remove the running turn and complete all unfinished work as retired."""
+        t, d = self._t, self._t.deliveries
+        turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
+        if turn is not None:
+            self._end(turn.id, TurnResultKind.RETIRED, now)
+        return (
+            d.update(state=DeliveryState.COMPLETED.value, completed_at=now,
+                     completion=TurnResultKind.RETIRED.value)
+            .where((d.conversation_id == conversation_id) & (d.state != DeliveryState.COMPLETED.value))
+            .execute()
+        )
+
+    # --- recovery --------------------------------------------------------------------------
+
+    def recover(self, now: int) -> list[str]:
+        """Startup repair; returns every conversation with work to run.
+
+        Applies reset boundaries, returns orphan claims to pending (sequence
+        unchanged), marks turns that were running as due for a re-run, and lists
+        conversations with pending deliveries or due turns.
+        """
+        t, d = self._t, self._t.deliveries
+        with self._db.atomic():
+            for conv in t.conversations.select(t.conversations.id, t.conversations.reset_at) \
+                    .where(t.conversations.reset_at.is_null(False)):
+                self._complete_before_boundary(conv.id, conv.reset_at)
+            for conv in t.conversations.select(t.conversations.id).where(t.conversations.terminal == True):  # noqa: E712
+                self.retire(conv.id, now)
+            live_turns = t.turns.select(t.turns.id)
+            d.update(state=DeliveryState.PENDING.value, turn_id=None).where(
+                (d.state == DeliveryState.CLAIMED.value) & (d.turn_id.is_null() | d.turn_id.not_in(live_turns))
+            ).execute()
+            t.turns.update(state=TurnState.RETRY.value, next_attempt_at=now) \
+                .where(t.turns.state == TurnState.RUNNING.value).execute()
+            return self.conversations_with_work(now)
+
+    def conversations_with_work(self, now: int) -> list[str]:
+        """Conversations with pending deliveries (and no blocking turn) or a due retry."""
+        d, tt = self._t.deliveries, self._t.turns
+        pending = (
+            d.select(d.conversation_id, fn.MIN(d.id).alias("head"))
+            .where((d.state == DeliveryState.PENDING.value) & d.conversation_id.not_in(tt.select(tt.conversation_id)))
+            .group_by(d.conversation_id).order_by(fn.MIN(d.id))
+        )
+        ids = [r.conversation_id for r in pending]
+        return self.due_retries(now) + ids
+
+    def runnable(self, conversation_id: str, now: int) -> bool:
+        """True when `claim` would return a turn now."""
+        t = self._t
+        turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
+        if turn is not None:
+            return turn.state == TurnState.RUNNING or (
+                turn.state == TurnState.RETRY and (turn.next_attempt_at or 0) <= now
+            )
+        terminal = t.conversations.select(t.conversations.terminal) \
+            .where(t.conversations.id == conversation_id).scalar()
+        return not terminal and self.has_pending(conversation_id)
+
+    def has_pending(self, conversation_id: str) -> bool:
+        """True when the conversation has pending deliveries."""
+        d = self._t.deliveries
+        return d.select().where(
+            (d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value)
+        ).exists()

@@ -1,0 +1,40 @@
+"""A thread that calls one function at a fixed real-time interval until stopped.
+
+The interval is real time (how often to look); what the callee decides uses
+the injected clock, so tests move time and wait for the next look.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class Ticker:
+    """Calls `fn` every `interval` seconds on a named daemon thread."""
+
+    def __init__(self, fn: Callable[[], object], interval: float, name: str = "ticker") -> None:
+        self._fn = fn
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start ticking."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop and wait for the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._fn()
+            except Exception:
+                log.exception("tick failed")
