@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -24,6 +25,7 @@ def record(prompt: str) -> None:
         "session": os.environ.get("WAKELINE_SESSION_ID"),
         "issue": os.environ.get("WAKELINE_ISSUE_IDENTIFIER"),
         "headlines": [l[2:] for l in prompt.splitlines() if l.startswith("- ")],
+        "prompts": re.findall(r'"prompt": "([^"]+)"', prompt),
         "env": sorted(os.environ),
         "cwd": os.getcwd(),
         "pid": os.getpid(),

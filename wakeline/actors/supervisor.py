@@ -23,6 +23,9 @@ from wakeline.errors import Conflict, NotFound
 log = logging.getLogger(__name__)
 
 OPERATIONS = ("stop", "reset", "retry", "abandon")
+# Every this many ticks the supervisor rescans the store for work nobody woke
+# (a wake lost to a busy database, a claim that failed): nothing waits forever.
+SWEEP_EVERY_TICKS = 20
 
 
 class Supervisor(pykka.ThreadingActor):
@@ -35,6 +38,7 @@ class Supervisor(pykka.ThreadingActor):
         self._live: dict[str, Any] = {}
         self._ready: deque[str] = deque()
         self._queued: set[str] = set()
+        self._ticks = 0
 
     def on_start(self) -> None:
         """Name the thread."""
@@ -69,10 +73,17 @@ class Supervisor(pykka.ThreadingActor):
         self._fill()
 
     def tick(self) -> None:
-        """Periodic: due retries wake, live actors check their timeouts."""
-        due = self._env.store.fifo.due_retries(to_ms(self._env.clock.now()))
-        if due:
-            self.wake(due)
+        """Periodic: due retries wake, live actors check their timeouts, a rescan now and then."""
+        now = to_ms(self._env.clock.now())
+        self._ticks += 1
+        fifo = self._env.store.fifo
+        try:
+            due = fifo.conversations_with_work(now) if self._ticks % SWEEP_EVERY_TICKS == 0 \
+                else fifo.due_retries(now)
+        except Exception:
+            log.exception("tick could not read the store")
+            due = []
+        self.wake(cid for cid in due if cid not in self._live)
         for ref in self._live.values():
             ref.proxy().tick()
 

@@ -285,15 +285,19 @@ class Fifo:
             return self.conversations_with_work(now)
 
     def conversations_with_work(self, now: int) -> list[str]:
-        """Conversations with pending deliveries (and no blocking turn) or a due retry."""
+        """Conversations with a turn to (re)run now, then those with pending deliveries, oldest first."""
         d, tt = self._t.deliveries, self._t.turns
+        running = [r.conversation_id for r in
+                   tt.select(tt.conversation_id).where(tt.state == TurnState.RUNNING.value)]
         pending = (
             d.select(d.conversation_id, fn.MIN(d.id).alias("head"))
             .where((d.state == DeliveryState.PENDING.value) & d.conversation_id.not_in(tt.select(tt.conversation_id)))
             .group_by(d.conversation_id).order_by(fn.MIN(d.id))
         )
-        ids = [r.conversation_id for r in pending]
-        return self.due_retries(now) + ids
+        terminal = self._t.conversations.select(self._t.conversations.id) \
+            .where(self._t.conversations.terminal == True)  # noqa: E712
+        ids = [r.conversation_id for r in pending.where(d.conversation_id.not_in(terminal))]
+        return running + self.due_retries(now) + ids
 
     def runnable(self, conversation_id: str, now: int) -> bool:
         """True when `claim` would return a turn now."""

@@ -1,0 +1,169 @@
+"""`kill -9` of `wakeline serve` mid-turn and mid-finalisation loses and doubles nothing.
+
+100 deliveries over 10 issues go to a real `wakeline serve` child whose agent
+takes a little while; the server is SIGKILLed twice at random moments and
+restarted. Unacknowledged deliveries are re-sent with the same delivery id, as
+Linear retries. In the end every acknowledged delivery is completed exactly
+once, and each issue's deliveries reached the agent in order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import session_event, signed
+from tests.helpers import free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+AGENT = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
+SECRET = "crash-test-webhook-secret-5Jd8Qw"
+ISSUES, PER_ISSUE = 10, 10
+
+
+class Server:
+    """Starts and kills `wakeline serve` children on fixed ports and one state dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.webhook_port, self.operator_port = free_port(), free_port()
+        self.config = root / "wakeline.toml"
+        self.config.write_text(
+            f'state_dir = "state"\n'
+            f"[server]\nwebhook_host = \"127.0.0.1\"\nwebhook_port = {self.webhook_port}\n"
+            f"operator_port = {self.operator_port}\nthreads = 4\n"
+            f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), 'sleep', '0.15'])}\n"
+            f"max_concurrent_turns = 4\n"
+            f'[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
+        )
+        self.log = root / "agent.jsonl"
+        self.env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET, "FAKE_AGENT_LOG": str(self.log)}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{self.webhook_port}/webhooks/linear"
+
+    def start(self) -> None:
+        with open(self.root / "serve.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "wakeline", "--config", str(self.config), "serve"],
+                env=self.env, stdout=subprocess.DEVNULL, stderr=log,
+            )
+        wait_until(self._up, timeout=30, message="serve is up")
+
+    def _up(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, "serve exited"
+        return requests.get(f"http://127.0.0.1:{self.webhook_port}/healthz", timeout=1).ok
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+
+def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    server = Server(tmp_path)
+    server.start()
+    work = [(i, n) for n in range(PER_ISSUE) for i in range(ISSUES)]
+    acknowledged: dict[str, tuple[int, int]] = {}
+    done = threading.Event()
+
+    def send_all() -> None:
+        session = requests.Session()
+        for i, n in work:
+            body = session_event("prompted", session_id=f"s{i}", issue_id=f"issue-{i}", identifier=f"ENG-{i}")
+            body["agentActivity"] = {"id": f"a-{i}-{n}", "content": {"type": "prompt", "body": f"msg-{i}-{n}"}}
+            delivery = f"d-{i}-{n}"
+            while True:  # as Linear does: retry until acknowledged
+                raw, headers = signed(body, delivery=delivery, secret=SECRET)
+                try:
+                    resp = session.post(server.url, data=raw, headers=headers, timeout=10)
+                except requests.RequestException:
+                    wait_until(lambda: _reachable(server), timeout=60, message="server back")
+                    continue
+                if resp.status_code == 200:
+                    acknowledged[delivery] = (i, n)
+                    break
+        done.set()
+
+    sender = threading.Thread(target=send_all, daemon=True)
+    sender.start()
+    try:
+        for _ in range(2):
+            target = rng.randint(15, 60)
+            wait_until(lambda: len(acknowledged) >= target or done.is_set(), timeout=60)
+            wait_until(lambda: _agent_runs(server.log) > 0, timeout=30)
+            server.kill9()
+            server.start()
+        sender.join(timeout=120)
+        assert done.is_set(), "the sender did not finish"
+        wait_until(lambda: _drained(server), timeout=120, message="all work completed")
+    finally:
+        server.stop()
+
+    assert len(acknowledged) == ISSUES * PER_ISSUE
+    db = sqlite3.connect(tmp_path / "state" / "wakeline.db")
+    rows = db.execute(
+        "SELECT r.delivery_id, d.state, d.completion, d.turn_id FROM receipts r "
+        "JOIN deliveries d ON d.receipt_id = r.id"
+    ).fetchall()
+    by_delivery = {r[0]: r for r in rows}
+    assert set(by_delivery) == set(acknowledged), "a delivery was lost or admitted twice"
+    assert {r[1] for r in rows} == {"completed"} and {r[2] for r in rows} == {"response"}
+    completed_by_results = db.execute("SELECT SUM(deliveries) FROM turn_results").fetchone()[0]
+    assert completed_by_results == len(rows), "a delivery was completed twice"
+    assert db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 0
+
+    seen: dict[str, list[int]] = {}
+    for run in _runs(server.log):
+        for prompt in run["prompts"]:
+            _, i, n = prompt.split("-")
+            order = seen.setdefault(i, [])
+            if int(n) not in order:
+                order.append(int(n))
+    for i, order in seen.items():
+        assert order == sorted(order), f"issue {i} saw its deliveries out of order: {order}"
+        assert order == list(range(PER_ISSUE))
+
+
+def _reachable(server: Server) -> bool:
+    try:
+        return requests.get(f"http://127.0.0.1:{server.webhook_port}/healthz", timeout=1).ok
+    except requests.RequestException:
+        return False
+
+
+def _runs(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip().endswith("}")]
+
+
+def _agent_runs(log: Path) -> int:
+    return len(_runs(log))
+
+
+def _drained(server: Server) -> bool:
+    db = sqlite3.connect(server.root / "state" / "wakeline.db", timeout=5)
+    try:
+        open_count = db.execute("SELECT COUNT(*) FROM deliveries WHERE state != 'completed'").fetchone()[0]
+        total = db.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0]
+    finally:
+        db.close()
+    return open_count == 0 and total == ISSUES * PER_ISSUE
