@@ -194,6 +194,75 @@ def replay(ctx: Context, file: Path, url: str | None) -> None:
         fail(f"{failures} deliveries refused", EXIT_FAILED)
 
 
+def _conversation_line(c: dict[str, Any]) -> str:
+    last = c.get("lastTurn") or {}
+    return (f"{c['id']}  {c['state']:<8} pending {c['pending']:<3} claimed {c['claimed']:<3} "
+            f"last {last.get('result', '-'):<11} {c['title'] or c['subject']['key']}")
+
+
+def _conversation_text(c: dict[str, Any]) -> str:
+    lines = [_conversation_line(c), f"session: {c['session'] or '-'}"]
+    if c.get("turn"):
+        t = c["turn"]
+        lines.append(f"turn: {t['id']} {t['state']} attempt {t['attempt']}"
+                     + (f" ({t['lastError']})" if t.get("lastError") else ""))
+    lines.append("fifo:")
+    lines += [f"  {f['seq']:>6} {f['state']:<9} {f['completion'] or '':<11} {f['headline']}"
+              for f in c.get("fifo", [])]
+    lines.append("turns:")
+    lines += [f"  {t['turnId']} {t['result']:<11} exit {t['exitCode']} deliveries {t['deliveries']}"
+              for t in c.get("turns", [])]
+    return "\n".join(lines)
+
+
+@cli.group(invoke_without_command=True)
+@json_option
+@click.pass_context
+def conversations(click_ctx: click.Context, as_json: bool) -> None:
+    """List conversations, show one, or stop, reset, retry or abandon its turn."""
+    if click_ctx.invoked_subcommand is None:
+        data = click_ctx.obj.call("GET", "/v1/conversations")
+        emit(data, as_json, lambda d: "\n".join(_conversation_line(c) for c in d["conversations"])
+             or "no conversations")
+
+
+@conversations.command("list")
+@click.option("--state", type=click.Choice(["idle", "running", "stalled", "terminal"]))
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@json_option
+@pass_ctx
+def conversations_list(ctx: Context, state: str | None, limit: int, as_json: bool) -> None:
+    """List conversations, most recently updated first."""
+    data = ctx.call("GET", "/v1/conversations", params={"state": state, "limit": limit})
+    emit(data, as_json, lambda d: "\n".join(_conversation_line(c) for c in d["conversations"])
+         or "no conversations")
+
+
+@conversations.command("show")
+@click.argument("conversation_id")
+@json_option
+@pass_ctx
+def conversations_show(ctx: Context, conversation_id: str, as_json: bool) -> None:
+    """Show one conversation with its FIFO and last turns."""
+    emit(ctx.call("GET", f"/v1/conversations/{conversation_id}"), as_json, _conversation_text)
+
+
+def _command(name: str, help_text: str) -> None:
+    @conversations.command(name, help=help_text)
+    @click.argument("conversation_id")
+    @json_option
+    @pass_ctx
+    def run(ctx: Context, conversation_id: str, as_json: bool) -> None:
+        data = ctx.call("POST", f"/v1/conversations/{conversation_id}/{name}")
+        emit(data, as_json, lambda d: f"{name}: done for {conversation_id}")
+
+
+_command("stop", "Stop the running turn (its deliveries complete as stopped).")
+_command("reset", "Reset the context: a new session; earlier work completes as reset.")
+_command("retry", "Run a stalled turn again.")
+_command("abandon", "Give up on a stalled turn and move on.")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="wakeline")

@@ -153,3 +153,26 @@ def test_comments_wake_no_turn_in_agent_routes(harness: Callable[..., Any]) -> N
     h = harness("ok")
     assert h.deliver(comment_event())["outcome"] == "accepted"
     assert h.api("GET", "/v1/status").json()["fifo"] == {"pending": 0, "claimed": 0}
+
+
+def test_cli_lists_shows_and_stops_conversations(harness: Callable[..., Any]) -> None:
+    from click.testing import CliRunner
+
+    from wakeline.cli import cli
+
+    h = harness("sleep", "3600")
+    h.deliver(session_event())
+    wait_until(lambda: h.runs())
+    cid = h.runs()[0]["conversation"]
+    env = {"WAKELINE_API_URL": h.service.operator.url, "WAKELINE_TOKEN": OPERATOR_TOKEN}
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["conversations"], env=env)
+    assert listed.exit_code == 0 and cid in listed.output and "running" in listed.output
+    shown = runner.invoke(cli, ["conversations", "show", cid, "--json"], env=env)
+    assert shown.exit_code == 0 and json.loads(shown.output)["id"] == cid
+    assert runner.invoke(cli, ["conversations", "stop", cid], env=env).exit_code == 0
+    finished_turns(h, cid)
+    again = runner.invoke(cli, ["conversations", "stop", cid], env=env)
+    assert again.exit_code == 1 and "conflict" in again.output
+    missing = runner.invoke(cli, ["conversations", "show", "cv_nope"], env=env)
+    assert missing.exit_code == 1 and "not_found" in missing.output
