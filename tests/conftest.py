@@ -64,6 +64,8 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
             "state_dir": "state",
             "server": {"webhook_host": "127.0.0.1", "webhook_port": 0, "operator_port": 0,
                        "threads": 4},
+            # Never Linear itself: port 9 on loopback refuses at once unless a test starts a fake.
+            "linear": {"api_url": "http://127.0.0.1:9/graphql"},
         }
         for key, value in overrides.items():
             if isinstance(value, dict) and isinstance(raw.get(key), dict):

@@ -39,7 +39,7 @@ class AdmissionWriter:
         store: the store to commit into.
         batch_max: the most plans one transaction carries.
         on_admitted: called on the writer thread after each commit with the
-            results that woke a conversation; must not block (a tell, not an ask).
+            group's results; must not block (a tell, not an ask).
     """
 
     def __init__(
@@ -115,10 +115,10 @@ class AdmissionWriter:
         for ticket, result in zip(batch, results):
             ticket.result = result
             ticket.done.set()
-        woke = [r for r in results if isinstance(r, AdmissionResult) and r.wakes]
-        if woke and self._on_admitted is not None:
+        done = [r for r in results if isinstance(r, AdmissionResult)]
+        if done and self._on_admitted is not None:
             try:
-                self._on_admitted(woke)
+                self._on_admitted(done)
             except Exception:
                 log.exception("wake after admission failed")
 

@@ -17,6 +17,7 @@ import pykka
 
 from wakeline.actors.conversation import TurnEnv, default_base_env
 from wakeline.actors.supervisor import Supervisor
+from wakeline.actors.tracker import Tracker
 from wakeline.admission import AdmissionWriter
 from wakeline.clock import Clock, SystemClock
 from wakeline.config import Config
@@ -28,6 +29,7 @@ from wakeline.logs import setup_logging
 from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
+from wakeline.providers.linear.client import LinearClient, RequestBudget
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
 from wakeline.ticker import Ticker
 from wakeline.tokens import TokenRegistry
@@ -60,6 +62,7 @@ class Service:
     ingress: Listener
     operator: Listener
     supervisor: Any
+    tracker: Any
     ticker: Ticker
     turn_env: TurnEnv
     stopped: bool = False
@@ -86,6 +89,7 @@ class Service:
         self.ticker.stop()
         self.operator.stop()
         self.supervisor.actor_ref.stop()
+        self.tracker.actor_ref.stop()
         pykka.ActorRegistry.stop_all()
         self.store.close()
         log.info("wakeline stopped")
@@ -117,12 +121,24 @@ def build_service(
         api_url=lambda: operator_url[0],
         base_env=default_base_env() if base_env is None else dict(base_env),
     )
+    client = None
+    if secrets.linear_api_key is not None:
+        budget = RequestBudget(config.linear.request_budget_per_hour, clock)
+        client = LinearClient(config.linear.api_url, secrets.linear_api_key.get_secret_value(), budget,
+                              secrets.values())
+    tracker = Tracker.start(store, client, clock, config.linear.max_concurrent_requests).proxy()
+    turn_env.kick_tracker = lambda: tracker.kick()
+    tracker.subscribe(turn_env.settled.notify)
     supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
 
-    def wake(results: list[Any]) -> None:
-        supervisor.wake([r.conversation_id for r in results])
+    def admitted(results: list[Any]) -> None:
+        woke = [r.conversation_id for r in results if r.wakes]
+        if woke:
+            supervisor.wake(woke)
+        if any(r.effects for r in results):
+            tracker.kick()
 
-    writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=wake)
+    writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=admitted)
     webhooks = None
     if secrets.webhook_secret is not None:
         webhooks = LinearWebhooks(
@@ -153,9 +169,13 @@ def build_service(
         name="operator",
     )
     operator_url.append(operator.url)
-    ticker = Ticker(lambda: supervisor.tick(), tick_seconds)
+    def tick() -> None:
+        supervisor.tick()
+        tracker.kick()
+
+    ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
-                   supervisor, ticker, turn_env)
+                   supervisor, tracker, ticker, turn_env)
 
 
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:

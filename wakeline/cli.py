@@ -263,6 +263,60 @@ _command("retry", "Run a stalled turn again.")
 _command("abandon", "Give up on a stalled turn and move on.")
 
 
+def _inbox_text(data: dict[str, Any], *, before: bool) -> str:
+    lines = [f"inbox: {data['unreadCount']} unread, ack cursor {data['ackCursor']}, "
+             f"oldest {data['oldestCursor'] if data['oldestCursor'] is not None else '-'}"]
+    for e in data["events"]:
+        marker = "*" if e["unread"] else " "
+        cut = " (truncated)" if e["truncated"] else ""
+        lines.append(f"{e['cursor']:>8} {e['receivedAt']} {marker} {e['headline']}{cut}")
+        if "event" in e:
+            event = json.dumps(e["event"], indent=2, ensure_ascii=False)
+            lines += ["           " + line for line in event.splitlines()]
+    if not data["events"]:
+        lines.append("no events")
+    elif data["hasMore"]:
+        lines.append(f"more: wakeline inbox --before {data['events'][0]['cursor']}" if before
+                     else f"more: wakeline inbox --after {data['events'][-1]['cursor']}")
+    return "\n".join(lines)
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--after", type=click.IntRange(min=0), metavar="CURSOR",
+              help="Read forward from just after CURSOR (default: the ack boundary).")
+@click.option("--before", type=click.IntRange(min=0), metavar="CURSOR",
+              help="Read the history just before CURSOR, read or not.")
+@click.option("--limit", type=click.IntRange(1, 100), help="At most this many events (default 20).")
+@click.option("--headlines", is_flag=True, help="One line per event, without the payload.")
+@json_option
+@click.pass_context
+def inbox(click_ctx: click.Context, after: int | None, before: int | None, limit: int | None,
+          headlines: bool, as_json: bool) -> None:
+    """Read the Linear inbox (reads never consume), or acknowledge what was read.
+
+    `*` marks an unread event. Reading marks the events shown; `wakeline inbox ack
+    CURSOR` then moves the read boundary to CURSOR.
+    """
+    if click_ctx.invoked_subcommand is not None:
+        return
+    if after is not None and before is not None:
+        raise click.UsageError("--after and --before cannot be combined")
+    params = {"after": after, "before": before, "limit": limit,
+              "view": "headlines" if headlines else None}
+    data = click_ctx.obj.call("GET", "/v1/inbox", params=params)
+    emit(data, as_json, lambda d: _inbox_text(d, before=before is not None))
+
+
+@inbox.command("ack")
+@click.argument("cursor", type=click.IntRange(min=0))
+@json_option
+@pass_ctx
+def inbox_ack(ctx: Context, cursor: int, as_json: bool) -> None:
+    """Move the read boundary to CURSOR: an unread event a read has shown."""
+    data = ctx.call("POST", "/v1/inbox/ack", json={"cursor": cursor})
+    emit(data, as_json, lambda d: f"ack cursor: {d['ackCursor']}, {d['unreadCount']} unread")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="wakeline")

@@ -79,6 +79,12 @@ class LinearConfig(_Section):
     owner_emails: list[str] = Field(
         default_factory=list, description="Emails that count as the owner."
     )
+    request_budget_per_hour: int = Field(
+        1200, ge=1, le=100_000, description="Requests to Linear per sliding hour; more are refused."
+    )
+    max_concurrent_requests: int = Field(
+        8, ge=1, le=64, description="Calls to Linear in flight at once."
+    )
 
 
 class InboxConfig(_Section):

@@ -116,3 +116,48 @@ class Conflict(WakelineError):
     """The operation does not apply to the resource in its current state."""
 
     code = "conflict"
+
+
+# --- Linear ----------------------------------------------------------------------------
+
+
+class InvalidQuery(WakelineError):
+    """The GraphQL document does not parse, or holds other than one operation."""
+
+    code = "invalid_query"
+
+
+class ConfirmMismatch(WakelineError):
+    """A destructive mutation's `confirm` does not list exactly its targets."""
+
+    code = "confirm_mismatch"
+
+
+class TargetUnnameable(WakelineError):
+    """A destructive mutation's targets cannot be resolved to literal ids."""
+
+    code = "target_unnameable"
+
+
+class BudgetExhausted(WakelineError):
+    """The request budget (local or Linear's) refuses before dispatch."""
+
+    code = "budget_exhausted"
+
+
+class ProviderRejected(WakelineError):
+    """Linear definitely refused the request (GraphQL errors, 4xx, rate limit)."""
+
+    code = "provider_rejected"
+
+
+class PossiblyDispatched(WakelineError):
+    """A network error or 5xx: the request may have reached Linear. Never retried."""
+
+    code = "possibly_dispatched"
+
+
+class RequiresConnectedLinear(WakelineError):
+    """No Linear credential: the local backend cannot do this."""
+
+    code = "requires_connected_linear"

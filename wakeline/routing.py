@@ -11,7 +11,9 @@ from typing import Literal
 
 from wakeline.config import Config, RouteConfig
 from wakeline.models.envelopes import AgentSession, DataChange, Subject
+from wakeline.models.outbox import EffectSpec
 from wakeline.models.states import Outcome
+from wakeline.providers.linear import replies
 from wakeline.providers.linear.adapter import ParsedDelivery
 
 # An update touching only these fields moved the issue between projects: no turn.
@@ -32,6 +34,8 @@ class AdmissionPlan:
     to_fifo: bool = False
     lifecycle: Literal["terminal", "open"] | None = None
     tainted: bool = False
+    effects: tuple[EffectSpec, ...] = ()
+    stop_session: str | None = None
 
     @property
     def to_inbox(self) -> bool:
@@ -61,11 +65,21 @@ def _title(envelope: DataChange | AgentSession) -> str | None:
 def _plan_session(
     delivery: ParsedDelivery, envelope: AgentSession, config: Config, received_ms: int
 ) -> AdmissionPlan:
-    if delivery.subject is None:
-        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, "no_issue")
     route = config.route_for_team(envelope.issue.team_key if envelope.issue else None)
-    if route is None:
-        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, "team_not_routed")
+    if delivery.subject is None or route is None:
+        reason = "no_issue" if delivery.subject is None else "team_not_routed"
+        refusal = () if envelope.action != "created" else (
+            replies.activity(envelope.session_id, "error", replies.NOT_CONNECTED),)
+        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, reason, effects=refusal)
+    if envelope.is_stop:
+        # A stop is lifecycle only: it never becomes a turn of its own.
+        return AdmissionPlan(
+            delivery, received_ms, Outcome.ACCEPTED, subject=delivery.subject, route=route.name,
+            stop_session=envelope.session_id,
+            effects=(replies.activity(envelope.session_id, "response", replies.STOPPED),),
+        )
+    ack = (replies.activity(envelope.session_id, "thought", replies.ACK),) \
+        if envelope.action == "created" else ()
     return AdmissionPlan(
         delivery,
         received_ms,
@@ -75,6 +89,7 @@ def _plan_session(
         title=_title(envelope),
         to_fifo=True,
         tainted=route.trust == "public",
+        effects=ack,
     )
 
 

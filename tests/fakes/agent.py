@@ -29,6 +29,7 @@ def record(prompt: str) -> None:
         "env": sorted(os.environ),
         "cwd": os.getcwd(),
         "pid": os.getpid(),
+        "at": time.time(),
     }
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")

@@ -13,6 +13,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -26,6 +28,7 @@ from wakeline.models.fifo import ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
 from wakeline.prompts import issue_prompt
+from wakeline.providers.linear import replies
 from wakeline.secrets import create_secret_file
 from wakeline.tokens import Lane, TokenRegistry
 
@@ -44,6 +47,29 @@ class FinishedTurn:
     exit_code: int | None
 
 
+class SettledSignal:
+    """Wakes waiters whenever a write to Linear settles."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+
+    def notify(self, *_: Any) -> None:
+        """Something settled: waiters re-check."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `predicate` holds or `timeout` (real seconds) passes; re-check every 0.1 s."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with self._cond:
+                self._cond.wait(min(left, 0.1))
+        return True
+
+
 @dataclass
 class TurnEnv:
     """What every ConversationActor needs; built once by the composition root."""
@@ -58,6 +84,19 @@ class TurnEnv:
     backoff_seconds: Sequence[int] = (5, 30, 120, 600)
     kill_grace_seconds: float = 10.0
     on_finished: list[Callable[[FinishedTurn], None]] = field(default_factory=list)
+    kick_tracker: Callable[[], None] = lambda: None
+    settled: SettledSignal = field(default_factory=SettledSignal)
+    ack_wait_seconds: float = 10.0
+
+    def await_replies(self, conversation_id: str) -> None:
+        """Block (a runner thread, never an actor) until the conversation's earlier writes
+        reached Linear, so the acknowledgement lands before the agent starts; give up after
+        Linear's own 10 s window."""
+        outbox = self.store.outbox
+        try:
+            self.settled.wait_for(lambda: outbox.unsettled(conversation_id) == 0, self.ack_wait_seconds)
+        finally:
+            self.store.close()
 
     @property
     def workspaces(self) -> Path:
@@ -79,6 +118,7 @@ class _Running:
     stop_reason: TurnResultKind | str | None = None
     stop_requested: float | None = None
     killed: bool = False
+    last_heartbeat: float = 0.0
 
 
 class ConversationActor(pykka.ThreadingActor):
@@ -93,8 +133,6 @@ class ConversationActor(pykka.ThreadingActor):
 
     def on_start(self) -> None:
         """Name the thread after the conversation for logs and dumps."""
-        import threading
-
         threading.current_thread().name = f"conversation-{self.conversation_id}"
 
     def on_stop(self) -> None:
@@ -123,14 +161,30 @@ class ConversationActor(pykka.ThreadingActor):
         if turn is None:
             self._supervisor.turn_ended(self.conversation_id)
             return
-        self._start(turn)
+        try:
+            self._start(turn)
+        except Exception as exc:
+            # Could not even start (workspace, prompt file): a failed attempt, retried with backoff.
+            log.exception("turn could not start", extra={"turn_id": turn.turn_id})
+            if self._running is not None:
+                self._env.tokens.revoke(self._running.token)
+                self._running = None
+            self._env.store.fifo.fail(turn.turn_id, f"could not start: {exc.__class__.__name__}", now,
+                                      self._env.backoff_seconds,
+                                      replies.stalled(turn, turn.attempt, exc.__class__.__name__))
+            self._supervisor.turn_ended(self.conversation_id)
 
     def wake(self) -> None:
-        """New work arrived, or the conversation changed: stop a turn that no longer exists."""
+        """New work arrived, or the conversation changed: stop a turn that no longer exists
+        or that Linear asked to stop."""
         running = self._running
-        if running is not None and running.stop_reason is None:
-            if not self._env.store.fifo.turn_alive(running.turn.turn_id):
-                self._request_stop(TurnResultKind.RETIRED)
+        if running is None or running.stop_reason is not None:
+            return
+        fifo = self._env.store.fifo
+        if not fifo.turn_alive(running.turn.turn_id):
+            self._request_stop(TurnResultKind.RETIRED)
+        elif fifo.stop_requested(running.turn.turn_id):
+            self._request_stop("linear_stop")
 
     def stop_turn(self) -> bool:
         """Stop the running turn; its deliveries complete as stopped. False when none runs."""
@@ -154,9 +208,20 @@ class ConversationActor(pykka.ThreadingActor):
         if running is None:
             return
         now = self._env.clock.monotonic()
-        if running.stop_reason is None and now - running.started > self._env.config.agent.timeout_seconds:
+        agent = self._env.config.agent
+        if running.stop_reason is None and now - running.started > agent.timeout_seconds:
             log.warning("turn timed out", extra={"turn_id": running.turn.turn_id})
             self._request_stop("timeout")
+        elif running.stop_reason is None and \
+                now - max(running.started, running.last_heartbeat) > agent.heartbeat_seconds:
+            # Linear marks a session stale after 30 minutes without an activity.
+            running.last_heartbeat = now
+            turn = running.turn
+            effects = replies.for_sessions(replies.sessions_of(turn), "thought", replies.HEARTBEAT,
+                                           turn.conversation_id)
+            if effects:
+                self._env.store.fifo.note_heartbeat(turn.turn_id, to_ms(self._env.clock.now()), effects)
+                self._env.kick_tracker()
         elif (running.stop_requested is not None and not running.killed
               and now - running.stop_requested > self._env.kill_grace_seconds):
             running.killed = True
@@ -191,15 +256,25 @@ class ConversationActor(pykka.ThreadingActor):
         reason = running.stop_reason
         if reason in (TurnResultKind.RESET, TurnResultKind.RETIRED):
             return  # the reset or retirement already completed the turn's deliveries
+        if reason == "linear_stop":
+            # Linear's stop already answered with a response at admission.
+            self._finalise(turn, TurnResultKind.STOPPED, now, outcome, "stopped from Linear")
+            return
         if reason is TurnResultKind.STOPPED:
-            self._finalise(turn, TurnResultKind.STOPPED, now, outcome, "stopped by request")
+            self._finalise(turn, TurnResultKind.STOPPED, now, outcome, "stopped by the operator",
+                           replies.for_sessions(replies.sessions_of(turn), "response", replies.STOPPED,
+                                                turn.conversation_id))
             return
         result = RESULT_BY_EXIT.get(outcome.exit_code) if reason is None else None
         if result is not None:
-            self._finalise(turn, result, now, outcome, outcome.stdout)
+            route = next((r for r in self._env.config.routes if r.name == turn.route), None)
+            effects = replies.turn_result(turn, result, outcome.stdout, route.reply if route else "none")
+            self._finalise(turn, result, now, outcome, outcome.stdout, effects)
             return
         error = self._failure_text(reason, outcome)
-        state = store.fifo.fail(turn.turn_id, error, now, self._env.backoff_seconds)
+        state = store.fifo.fail(turn.turn_id, error, now, self._env.backoff_seconds,
+                                replies.stalled(turn, turn.attempt, error))
+        self._env.kick_tracker()
         log.warning("turn failed", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                            "error": error, "state": state})
         if state is TurnState.STALLED:
@@ -217,10 +292,12 @@ class ConversationActor(pykka.ThreadingActor):
         return f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail else "")
 
     def _finalise(self, turn: ClaimedTurn, result: TurnResultKind, now: int, outcome: RunOutcome,
-                  output: str) -> None:
+                  output: str, effects: Sequence[replies.EffectSpec] = ()) -> None:
         if not self._env.store.fifo.finalise(turn.turn_id, result, now, exit_code=outcome.exit_code,
-                                             output=output):
+                                             output=output, effects=effects):
             return
+        if effects:
+            self._env.kick_tracker()
         finished = FinishedTurn(turn, result, output, outcome.exit_code)
         for listener in self._env.on_finished:
             try:
@@ -251,6 +328,7 @@ class ConversationActor(pykka.ThreadingActor):
                 "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",
             }),
             prompt_file=prompt_file,
+            before_start=lambda: env.await_replies(turn.conversation_id),
         )
         me = self.actor_ref.proxy()
 

@@ -35,6 +35,7 @@ class TurnSpec:
     cwd: Path
     env: Mapping[str, str]
     prompt_file: Path
+    before_start: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ class TurnProcess:
 
     def _execute(self) -> RunOutcome:
         spec = self.spec
+        if spec.before_start is not None:
+            spec.before_start()
         try:
             with open(spec.prompt_file, "rb") as stdin:
                 self._proc = subprocess.Popen(

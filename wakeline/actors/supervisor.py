@@ -19,6 +19,7 @@ import pykka
 from wakeline.actors.conversation import ConversationActor, TurnEnv
 from wakeline.clock import to_ms
 from wakeline.errors import Conflict, NotFound
+from wakeline.providers.linear import replies
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,9 @@ class Supervisor(pykka.ThreadingActor):
     def recover(self) -> int:
         """Startup: repair the store, then wake every conversation with work. Returns how many."""
         now = to_ms(self._env.clock.now())
-        ids = self._env.store.fifo.recover(now)
+        ids = self._env.store.fifo.recover(
+            now, lambda cid, sessions: replies.for_sessions(sessions, "thought", replies.RERUN, cid))
+        self._env.kick_tracker()
         self.wake(ids)
         log.info("recovered", extra={"conversations_with_work": len(ids)})
         return len(ids)

@@ -24,6 +24,13 @@ STATUS: dict[type[e.WakelineError], int] = {
     e.BadRequest: 400,
     e.NotShown: 409,
     e.Conflict: 409,
+    e.InvalidQuery: 400,
+    e.ConfirmMismatch: 409,
+    e.TargetUnnameable: 422,
+    e.BudgetExhausted: 429,
+    e.ProviderRejected: 502,
+    e.PossiblyDispatched: 504,
+    e.RequiresConnectedLinear: 503,
 }
 
 # Codes for falcon's own errors (routing, methods), so every error body is {"error": CODE}.

@@ -15,7 +15,7 @@ from wakeline.http import conversations, errors
 from wakeline.http.auth import BearerAuth, lanes
 from wakeline.http.params import int_param, json_body
 from wakeline.http.health import Health
-from wakeline.inbox import Inbox
+from wakeline.inbox import DEFAULT_LIMIT, MAX_LIMIT, Inbox
 from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.tokens import Lane, TokenRegistry
@@ -74,21 +74,43 @@ class Following:
 
 
 class InboxPage:
-    """`GET /v1/inbox`: forward reads of the Linear inbox."""
+    """`GET /v1/inbox`: forward reads (`after`) and history reads (`before`) of the Linear inbox."""
 
     def __init__(self, inbox: Inbox) -> None:
         self._inbox = inbox
 
     @falcon.before(lanes(Lane.OPERATOR, Lane.ROOM))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        """A page of events; reads never consume."""
+        """A page of events; reads never consume, but mark what they return as shown."""
         view = req.get_param("view") or "full"
         if view not in ("full", "headlines"):
             raise BadRequest("view must be full or headlines")
-        limit = int_param(req, "limit", 20, low=1, high=100)
+        limit = int_param(req, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
         after = int_param(req, "after")
+        before = int_param(req, "before")
         assert limit is not None
-        resp.media = self._inbox.forward(after=after, limit=limit, headlines=view == "headlines")
+        headlines = view == "headlines"
+        if after is not None and before is not None:
+            raise BadRequest("after and before cannot be combined")
+        if before is not None:
+            resp.media = self._inbox.before(cursor=before, limit=limit, headlines=headlines)
+        else:
+            resp.media = self._inbox.forward(after=after, limit=limit, headlines=headlines)
+
+
+class InboxAck:
+    """`POST /v1/inbox/ack` `{"cursor": C}`: move the read boundary to a shown, unread event."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+
+    @falcon.before(lanes(Lane.OPERATOR, Lane.ROOM))
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """`{"ackCursor", "unreadCount"}`; 409 not_shown for a cursor no read has shown."""
+        cursor = json_body(req).get("cursor")
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+            raise BadRequest("cursor must be a non-negative integer")
+        resp.media = self._inbox.ack(cursor)
 
 
 class MetricsPage:
@@ -122,6 +144,7 @@ def create_operator_app(
     app.add_route("/v1/status", Status(store, inbox, clock, live_actors))
     app.add_route("/v1/following", Following(inbox))
     app.add_route("/v1/inbox", InboxPage(inbox))
+    app.add_route("/v1/inbox/ack", InboxAck(inbox))
     conversations.add_routes(app, store, supervisor)
     return app
 

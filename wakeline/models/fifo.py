@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from peewee import SqliteDatabase, fn
 
 from wakeline.models.envelopes import AgentSession, DataChange, parse_envelope
+from wakeline.models.outbox import EffectSpec, Outbox
 from wakeline.models.states import DeliveryState, TurnResultKind, TurnState
 from wakeline.models.tables import Tables
 
@@ -65,9 +66,10 @@ def _new_id(prefix: str) -> str:
 class Fifo:
     """Claims and their lifecycle over one database."""
 
-    def __init__(self, db: SqliteDatabase, tables: Tables) -> None:
+    def __init__(self, db: SqliteDatabase, tables: Tables, outbox: Outbox) -> None:
         self._db = db
         self._t = tables
+        self._outbox = outbox
 
     # --- claims ----------------------------------------------------------------------------
 
@@ -143,13 +145,17 @@ class Fifo:
     # --- endings ---------------------------------------------------------------------------
 
     def finalise(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
-                 output: str = "") -> bool:
-        """Complete the turn's deliveries, record the result and remove the turn: one transaction.
+                 output: str = "", effects: Iterable[EffectSpec] = ()) -> bool:
+        """Complete the turn's deliveries, record the result, prepare its replies and remove the
+        turn: one transaction.
 
         Returns False when the turn no longer exists (reset, retired or abandoned meanwhile).
         """
         with self._db.atomic():
-            return self._end(turn_id, result, now, exit_code=exit_code, output=output)
+            if not self._end(turn_id, result, now, exit_code=exit_code, output=output):
+                return False
+            self._outbox.prepare(effects, now)
+            return True
 
     def _end(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
              output: str = "") -> bool:
@@ -168,11 +174,13 @@ class Fifo:
         t.turns.delete().where(t.turns.id == turn_id).execute()
         return True
 
-    def fail(self, turn_id: str, error: str, now: int, backoff_seconds: Sequence[int]) -> TurnState | None:
+    def fail(self, turn_id: str, error: str, now: int, backoff_seconds: Sequence[int],
+             stall_effects: Iterable[EffectSpec] = ()) -> TurnState | None:
         """Record a failed attempt; the turn keeps its claim.
 
         The turn waits `backoff_seconds[attempt - 1]` before its next attempt; after
-        the last entry it is stalled until an operator retries or abandons it.
+        the last entry it is stalled until an operator retries or abandons it, and
+        `stall_effects` are prepared in the same transaction.
         """
         t = self._t
         with self._db.atomic():
@@ -186,6 +194,8 @@ class Fifo:
             t.turns.update(state=state.value, next_attempt_at=next_at, last_error=error[:2000],
                            attempt=turn.attempt + (state is TurnState.RETRY)) \
                 .where(t.turns.id == turn_id).execute()
+            if state is TurnState.STALLED:
+                self._outbox.prepare(stall_effects, now)
             return state
 
     def due_retries(self, now: int) -> list[str]:
@@ -262,15 +272,21 @@ class Fifo:
 
     # --- recovery --------------------------------------------------------------------------
 
-    def recover(self, now: int) -> list[str]:
+    def recover(self, now: int, rerun_effects: Callable[[str, list[str]], list[EffectSpec]] | None = None
+                ) -> list[str]:
         """Startup repair; returns every conversation with work to run.
 
         Applies reset boundaries, returns orphan claims to pending (sequence
-        unchanged), marks turns that were running as due for a re-run, and lists
+        unchanged), marks turns that were running as due for a re-run (preparing
+        `rerun_effects(conversation_id, session_ids)` for each), and lists
         conversations with pending deliveries or due turns.
         """
         t, d = self._t, self._t.deliveries
         with self._db.atomic():
+            if rerun_effects is not None:
+                for turn in t.turns.select().where(t.turns.state == TurnState.RUNNING.value):
+                    sessions = self._sessions_of_turn(turn.id)
+                    self._outbox.prepare(rerun_effects(turn.conversation_id, sessions), now)
             for conv in t.conversations.select(t.conversations.id, t.conversations.reset_at) \
                     .where(t.conversations.reset_at.is_null(False)):
                 self._complete_before_boundary(conv.id, conv.reset_at)
@@ -298,6 +314,55 @@ class Fifo:
             .where(self._t.conversations.terminal == True)  # noqa: E712
         ids = [r.conversation_id for r in pending.where(d.conversation_id.not_in(terminal))]
         return running + self.due_retries(now) + ids
+
+    def _sessions_of_turn(self, turn_id: str) -> list[str]:
+        d = self._t.deliveries
+        sessions: list[str] = []
+        for row in d.select(d.envelope).where(d.turn_id == turn_id).order_by(d.id):
+            env = parse_envelope(row.envelope)
+            if isinstance(env, AgentSession) and env.session_id not in sessions:
+                sessions.append(env.session_id)
+        return sessions
+
+    # --- agent sessions ----------------------------------------------------------------------
+
+    def knows_session(self, conversation_id: str, session_id: str) -> bool:
+        """True when an earlier delivery of this conversation came from the session."""
+        d = self._t.deliveries
+        return d.select().where(
+            (d.conversation_id == conversation_id)
+            & (fn.json_extract(d.envelope, "$.session_id") == session_id)
+        ).exists()
+
+    def stop_session(self, conversation_id: str, session_id: str, now: int) -> bool:
+        """A stop from Linear: skip the session's pending work; flag its running turn.
+
+        Runs inside the admission transaction. Returns True when a running turn
+        carries the session and must be stopped by its actor.
+        """
+        d, tt = self._t.deliveries, self._t.turns
+        mine = fn.json_extract(d.envelope, "$.session_id") == session_id
+        d.update(state=DeliveryState.COMPLETED.value, completed_at=now,
+                 completion=TurnResultKind.STOPPED.value).where(
+            (d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value) & mine
+        ).execute()
+        turn = tt.get_or_none(tt.conversation_id == conversation_id)
+        if turn is None or not d.select().where((d.turn_id == turn.id) & mine).exists():
+            return False
+        tt.update(stop_requested=True).where(tt.id == turn.id).execute()
+        return True
+
+    def stop_requested(self, turn_id: str) -> bool:
+        """True when Linear asked to stop this turn."""
+        tt = self._t.turns
+        return bool(tt.select(tt.stop_requested).where(tt.id == turn_id).scalar())
+
+    def note_heartbeat(self, turn_id: str, now: int, effects: Iterable[EffectSpec]) -> None:
+        """Prepare a heartbeat for a long turn and remember when."""
+        tt = self._t.turns
+        with self._db.atomic():
+            tt.update(heartbeat_at=now).where(tt.id == turn_id).execute()
+            self._outbox.prepare(effects, now)
 
     def runnable(self, conversation_id: str, now: int) -> bool:
         """True when `claim` would return a turn now."""

@@ -108,4 +108,36 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # 3: outbound effects (the outbox of writes to Linear); stop requests and heartbeats on turns.
+    [
+        """CREATE TABLE effects (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            conversation_id TEXT,
+            target TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            body TEXT,
+            mutation_hash TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN
+                ('prepared', 'dispatched', 'confirmed', 'rejected', 'outcome_unknown', 'released')),
+            created_at INTEGER NOT NULL,
+            dispatched_at INTEGER,
+            settled_at INTEGER,
+            error TEXT,
+            result_ids TEXT
+        )""",
+        "CREATE INDEX effects_state ON effects (state, created_at)",
+        "ALTER TABLE turns ADD COLUMN stop_requested INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE turns ADD COLUMN heartbeat_at INTEGER",
+    ]
+)
+
+MIGRATIONS.append(
+    # Inbox retention: read history is pruned by age (wakeline/models/inbox_store.py).
+    [
+        "CREATE INDEX inbox_messages_received ON inbox_messages (received_at)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

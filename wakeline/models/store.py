@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,10 +19,13 @@ from peewee import DatabaseError, SqliteDatabase, fn
 from wakeline.clock import Clock
 from wakeline.errors import Unavailable
 from wakeline.models.db import open_database
-from wakeline.models.envelopes import dump_envelope
+from wakeline.models.envelopes import AgentSession, dump_envelope
 from wakeline.models.fifo import Fifo
+from wakeline.models.inbox_store import InboxStore
+from wakeline.models.outbox import Outbox
 from wakeline.models.states import ConversationKind, DeliveryState, Outcome, TurnState
 from wakeline.models.tables import Tables, bind_tables
+from wakeline.providers.linear import replies
 from wakeline.routing import AdmissionPlan
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ class AdmissionResult:
     reason: str | None = None
     conversation_id: str | None = None
     first_outcome: Outcome | None = None
+    effects: int = 0
 
     @property
     def wakes(self) -> bool:
@@ -63,7 +67,9 @@ class Store:
         self.db = db
         self.clock = clock
         self.t: Tables = bind_tables(db)
-        self.fifo = Fifo(db, self.t)
+        self.outbox = Outbox(db, self.t)
+        self.fifo = Fifo(db, self.t, self.outbox)
+        self.inbox = InboxStore(db, self.t)
 
     @classmethod
     def open(cls, path: Path, clock: Clock) -> "Store":
@@ -115,15 +121,29 @@ class Store:
         )
         if first is not None:
             return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first.outcome))
-        outcome, reason = plan.outcome, plan.reason
-        conversation_id, to_fifo, lifecycle_changed = None, plan.to_fifo, False
-        if plan.subject is not None and (plan.to_fifo or plan.lifecycle is not None):
-            conversation_id = self._conversation(plan, create=plan.to_fifo or plan.route is not None)
+        outcome, reason, effects = plan.outcome, plan.reason, list(plan.effects)
+        conversation_id, to_fifo, changed = None, plan.to_fifo, False
+        if plan.subject is not None and (plan.to_fifo or plan.lifecycle is not None or plan.route):
+            conversation_id = self._conversation(plan, create=plan.route is not None)
+        session = d.envelope if isinstance(d.envelope, AgentSession) else None
         if conversation_id is not None:
-            lifecycle_changed = self._apply_lifecycle(conversation_id, plan)
+            changed = self._apply_lifecycle(conversation_id, plan)
+            if plan.stop_session:
+                self.fifo.stop_session(conversation_id, plan.stop_session, plan.received_ms)
+                changed = True
             if to_fifo and self._is_terminal(conversation_id):
                 # A terminal conversation takes no new turns until Linear reopens the issue.
                 to_fifo, outcome, reason = False, Outcome.IGNORED, "terminal"
+                if session is not None:
+                    effects = [replies.activity(session.session_id, "error", replies.CLOSED)]
+            elif to_fifo and session is not None and session.action == "prompted" \
+                    and not self.fifo.knows_session(conversation_id, session.session_id):
+                # A follow-up to a session we never saw (created before install, state lost):
+                # treat it as a fresh request, and say so at once as for `created`.
+                effects.append(replies.activity(session.session_id, "thought", replies.ACK))
+            if to_fifo and session is not None:
+                self.t.conversations.update(agent_session_id=session.session_id) \
+                    .where(self.t.conversations.id == conversation_id).execute()
         receipt_id = receipts.insert(
             delivery_id=d.delivery_id,
             body_sha256=d.body_sha256,
@@ -155,8 +175,12 @@ class Store:
                 event=event,
                 size_bytes=len(event.encode("utf-8")),
             ).execute()
-        woke = to_fifo or lifecycle_changed
-        return AdmissionResult(outcome, reason, conversation_id if woke else None)
+        self.outbox.prepare(
+            [replace(spec, conversation_id=spec.conversation_id or conversation_id) for spec in effects],
+            plan.received_ms,
+        )
+        woke = to_fifo or changed
+        return AdmissionResult(outcome, reason, conversation_id if woke else None, effects=len(effects))
 
     def _conversation(self, plan: AdmissionPlan, *, create: bool) -> str | None:
         convs, subject, now = self.t.conversations, plan.subject, plan.received_ms
@@ -226,7 +250,7 @@ class Store:
             terminal=c.select().where(c.terminal == True).count(),  # noqa: E712
             fifo_pending=by_state.get(DeliveryState.PENDING.value, 0),
             fifo_claimed=by_state.get(DeliveryState.CLAIMED.value, 0),
-            inbox_unread=self.inbox_unread_count(),
+            inbox_unread=self.inbox.unread_count(),
         )
 
     def conversation_exists(self, conversation_id: str) -> bool:
@@ -252,32 +276,3 @@ class Store:
         s = self.t.settings
         with self.db.atomic():
             s.insert(key=key, value=json.dumps(value)).on_conflict_replace().execute()
-
-    # --- inbox ---------------------------------------------------------------------------
-
-    def inbox_ack_cursor(self) -> int:
-        """The read boundary: every message at or below it has been acknowledged."""
-        return int(self.get_setting("inbox.ack_cursor", 0))
-
-    def inbox_unread_count(self) -> int:
-        """Messages above the read boundary."""
-        m = self.t.inbox
-        return m.select().where(m.id > self.inbox_ack_cursor()).count()
-
-    def inbox_forward(self, after: int, limit: int) -> list[Any]:
-        """Up to `limit` messages after cursor `after`, oldest first."""
-        m = self.t.inbox
-        return list(m.select().where(m.id > after).order_by(m.id).limit(limit))
-
-    def inbox_mark_shown(self, cursors: list[int]) -> None:
-        """Record that a read showed these messages (an ack may name only those)."""
-        if not cursors:
-            return
-        m = self.t.inbox
-        with self.db.atomic():
-            m.update(shown=True).where(m.id.in_(cursors) & (m.shown == False)).execute()  # noqa: E712
-
-    def inbox_oldest_cursor(self) -> int | None:
-        """The oldest message still kept."""
-        m = self.t.inbox
-        return m.select(fn.MIN(m.id)).scalar()

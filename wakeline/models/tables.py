@@ -88,6 +88,8 @@ class Turn(_Table):
     started_at = IntegerField(null=True)
     next_attempt_at = IntegerField(null=True)
     last_error = TextField(null=True)
+    stop_requested = BooleanField(default=False)
+    heartbeat_at = IntegerField(null=True)
 
     class Meta:
         table_name = "turns"
@@ -127,6 +129,27 @@ class InboxMessage(_Table):
         table_name = "inbox_messages"
 
 
+class Effect(_Table):
+    """An outbound write to Linear: prepared durably before it goes on the wire."""
+
+    id = TextField(primary_key=True)
+    kind = TextField()
+    conversation_id = TextField(null=True)
+    target = TextField()
+    summary = TextField()
+    body = TextField(null=True)
+    mutation_hash = TextField()
+    state = TextField()
+    created_at = IntegerField()
+    dispatched_at = IntegerField(null=True)
+    settled_at = IntegerField(null=True)
+    error = TextField(null=True)
+    result_ids = TextField(null=True)
+
+    class Meta:
+        table_name = "effects"
+
+
 class Setting(_Table):
     """A persisted runtime setting (JSON value)."""
 
@@ -148,6 +171,7 @@ class Tables:
     settings: Any
     turns: Any
     turn_results: Any
+    effects: Any
 
 
 def bind_tables(db: Database) -> Tables:
@@ -165,4 +189,5 @@ def bind_tables(db: Database) -> Tables:
         settings=bound(Setting),
         turns=bound(Turn),
         turn_results=bound(TurnResult),
+        effects=bound(Effect),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,6 +13,7 @@ import pytest
 import requests
 
 from tests.conftest import OPERATOR_TOKEN, signed
+from tests.fakes.linear import FakeLinear
 from wakeline.app import Service, build_service
 from wakeline.config import Config
 from wakeline.secrets import Secrets
@@ -22,9 +24,10 @@ AGENT = Path(__file__).resolve().parents[2] / "fakes" / "agent.py"
 class Harness:
     """A running service plus helpers to feed it and read what its agent did."""
 
-    def __init__(self, service: Service, log: Path) -> None:
+    def __init__(self, service: Service, log: Path, linear: FakeLinear) -> None:
         self.service = service
         self.log = log
+        self.linear = linear
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {OPERATOR_TOKEN}"
 
@@ -59,22 +62,32 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
     """Start a service whose agent runs `agent.py MODE ARG`; agent keywords override [agent]."""
     started: list[Service] = []
 
-    def start(mode: str = "ok", arg: str = "", **agent: Any) -> Harness:
+    def start(mode: str = "ok", arg: str = "", *, linear: FakeLinear | None = None,
+              routes: list[dict[str, Any]] | None = None, credential: bool = True,
+              **agent: Any) -> Harness:
         argv = [sys.executable, str(AGENT), mode] + ([arg] if arg else [])
+        fake = linear or FakeLinear()
+        fakes.append(fake.start())
         config = make_config(
             state_dir=f"state{len(started)}",
             agent={"command": argv, **agent},
-            routes=[{"name": "eng", "teams": ["ENG"]}, {"name": "ops", "teams": ["OPS"], "mode": "issue"}],
+            linear={"api_url": fake.url},
+            routes=routes or [{"name": "eng", "teams": ["ENG"]},
+                              {"name": "ops", "teams": ["OPS"], "mode": "issue"}],
         )
         log = tmp_path / f"agent-runs{len(started)}.jsonl"
         env = {"PATH": "/usr/bin:/bin", "FAKE_AGENT_LOG": str(log),
                "WAKELINE_LINEAR_API_KEY": "must-not-leak", "UNRELATED": "kept"}
-        service = build_service(config, secrets, base_env=env, tick_seconds=0.05)
+        keys = secrets if credential else replace(secrets, linear_api_key=None)
+        service = build_service(config, keys, base_env=env, tick_seconds=0.05)
         service.turn_env.kill_grace_seconds = 0.5
         service.start()
         started.append(service)
-        return Harness(service, log)
+        return Harness(service, log, fake)
 
+    fakes: list[FakeLinear] = []
     yield start
     for service in started:
         service.stop()
+    for fake in fakes:
+        fake.stop()

@@ -1,0 +1,122 @@
+"""A fake Linear GraphQL API: a real HTTP server on 127.0.0.1 with scripted behaviour.
+
+It answers `agentActivityCreate`, `commentCreate` and `viewer` the way Linear
+does, records every request, and can be told to be slow, fail with a 500, drop
+the connection, or answer RATELIMITED (as Linear does, with HTTP 400).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+@dataclass
+class Recorded:
+    """One request the fake received."""
+
+    at: float
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    @property
+    def query(self) -> str:
+        return str(self.body.get("query", ""))
+
+    @property
+    def input(self) -> dict[str, Any]:
+        return (self.body.get("variables") or {}).get("input") or {}
+
+
+@dataclass
+class FakeLinear:
+    """Start with `start()`; `url` is the GraphQL endpoint."""
+
+    latency: float = 0.0
+    script: list[str] = field(default_factory=list)  # next behaviours: "500", "drop", "ratelimited", "error"
+    requests: list[Recorded] = field(default_factory=list)
+    handler: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> "FakeLinear":
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with fake._lock:
+                    behaviour = fake.script.pop(0) if fake.script else "ok"
+                    fake.requests.append(Recorded(time.time(), dict(self.headers), body))
+                if fake.latency:
+                    time.sleep(fake.latency)
+                if behaviour == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if behaviour == "500":
+                    return self._send(500, {"error": "internal"})
+                if behaviour == "ratelimited":
+                    return self._send(400, {"errors": [{"message": "Rate limit exceeded",
+                                                        "extensions": {"code": "RATELIMITED"}}]},
+                                      {"X-RateLimit-Requests-Remaining": "0",
+                                       "X-RateLimit-Requests-Reset": str(int((time.time() + 60) * 1000))})
+                if behaviour == "error":
+                    return self._send(200, {"errors": [{"message": "Entity not found: AgentSession"}]})
+                self._send(200, fake.answer(body))
+
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="fake-linear", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/graphql"
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.handler is not None:
+            return self.handler(body)
+        query = str(body.get("query", ""))
+        data = (body.get("variables") or {}).get("input") or {}
+        if "agentActivityCreate" in query:
+            return {"data": {"agentActivityCreate": {"success": True, "agentActivity": {"id": data.get("id")}}}}
+        if "commentCreate" in query:
+            return {"data": {"commentCreate": {"success": True, "comment": {"id": data.get("id")}}}}
+        if "viewer" in query:
+            return {"data": {"viewer": {"id": "app-user-1", "name": "wakeline app"}}}
+        return {"data": {}}
+
+    def activities(self) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if "agentActivityCreate" in r.query]
+
+    def comments(self) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if "commentCreate" in r.query]

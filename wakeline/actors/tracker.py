@@ -1,0 +1,175 @@
+"""Tracker: every call to Linear goes through here.
+
+Effects from the outbox are marked dispatched durably, then sent on a small
+worker pool, so one slow call never holds up another and nothing waits behind
+agent turns. A write goes on the wire once; the outcome settles the effect and
+is published to listeners (echo suppression subscribes). Without a credential
+the tracker is the local backend: writes are refused, turns still run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pykka
+
+from wakeline.clock import Clock, to_ms
+from wakeline.errors import (
+    BudgetExhausted, PossiblyDispatched, ProviderRejected, RequiresConnectedLinear, WakelineError,
+)
+from wakeline.models.outbox import EffectKind, EffectState, PendingEffect
+from wakeline.models.store import Store
+from wakeline.providers.linear.client import LinearClient
+
+log = logging.getLogger(__name__)
+
+ACTIVITY_MUTATION = (
+    "mutation WakelineActivity($input: AgentActivityCreateInput!) "
+    "{ agentActivityCreate(input: $input) { success agentActivity { id } } }"
+)
+COMMENT_MUTATION = (
+    "mutation WakelineComment($input: CommentCreateInput!) "
+    "{ commentCreate(input: $input) { success comment { id } } }"
+)
+
+
+@dataclass(frozen=True)
+class SettledWrite:
+    """A write whose outcome is known, as published to listeners."""
+
+    effect_id: str
+    kind: EffectKind
+    target: str
+    state: EffectState
+    result_ids: tuple[str, ...]
+
+
+def mutation_for(effect: PendingEffect) -> tuple[str, dict[str, Any]]:
+    """The GraphQL document and variables of one effect; the effect id is the created object's id."""
+    if effect.kind is EffectKind.AGENT_ACTIVITY:
+        return ACTIVITY_MUTATION, {"input": {
+            "id": effect.id, "agentSessionId": effect.target,
+            "content": {"type": effect.activity_type, "body": effect.body},
+        }}
+    return COMMENT_MUTATION, {"input": {"id": effect.id, "issueId": effect.target, "body": effect.body}}
+
+
+class Tracker(pykka.ThreadingActor):
+    """Owns the Linear client, the outbox dispatch and the worker pool."""
+
+    def __init__(self, store: Store, client: LinearClient | None, clock: Clock,
+                 max_concurrent_requests: int = 8) -> None:
+        super().__init__()
+        self._store = store
+        self._client = client
+        self._clock = clock
+        self._workers = max_concurrent_requests
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight: set[str] = set()
+        self._listeners: list[Callable[[SettledWrite], None]] = []
+
+    def on_start(self) -> None:
+        """Name the thread, open the pool, and settle what a crash left in flight."""
+        threading.current_thread().name = "tracker"
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="linear")
+        unknown = self._store.outbox.recover(to_ms(self._clock.now()))
+        if unknown:
+            log.warning("writes of unknown outcome after a restart", extra={"count": unknown})
+
+    def on_stop(self) -> None:
+        """Let calls on the wire finish; close this thread's connection."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        self._store.close()
+
+    # --- messages ----------------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[SettledWrite], None]) -> None:
+        """Be told of every settled write."""
+        self._listeners.append(listener)
+
+    def kick(self) -> None:
+        """Send every prepared effect not already on its way."""
+        now = to_ms(self._clock.now())
+        for effect in self._store.outbox.prepared(limit=100, exclude=self._in_flight):
+            if self._client is None:
+                self._store.outbox.settle(effect.id, EffectState.REJECTED, now,
+                                          error=RequiresConnectedLinear.code)
+                continue
+            if not self._store.outbox.mark_dispatched(effect.id, now):
+                continue
+            self._in_flight.add(effect.id)
+            assert self._pool is not None
+            self._pool.submit(self._send, effect)
+
+    def settled(self, effect: PendingEffect, state: EffectState | None, error: str | None,
+                result_ids: tuple[str, ...]) -> None:
+        """A worker finished an effect; `state` None means it never left (budget): send later."""
+        self._in_flight.discard(effect.id)
+        now = to_ms(self._clock.now())
+        if state is None:
+            self._store.outbox.unmark(effect.id)
+            return
+        self._store.outbox.settle(effect.id, state, now, error=error, result_ids=list(result_ids))
+        write = SettledWrite(effect.id, effect.kind, effect.target, state, result_ids)
+        for listener in self._listeners:
+            try:
+                listener(write)
+            except Exception:
+                log.exception("write listener failed")
+
+    def call(self, query: str, variables: dict[str, Any] | None = None,
+             operation_name: str | None = None) -> Future[dict[str, Any]]:
+        """Run one GraphQL operation on the pool; the caller waits on the returned future."""
+        if self._client is None:
+            raise RequiresConnectedLinear("no Linear credential is configured")
+        assert self._pool is not None
+        return self._pool.submit(self._client.execute, query, variables, operation_name)
+
+    def connected(self) -> bool:
+        """True when a credential is configured."""
+        return self._client is not None
+
+    # --- worker side -------------------------------------------------------------------------
+
+    def _send(self, effect: PendingEffect) -> None:
+        me = self.actor_ref.proxy()
+        state: EffectState | None
+        error, ids = None, ()
+        query, variables = mutation_for(effect)
+        try:
+            assert self._client is not None
+            body = self._client.execute(query, variables)
+            state, ids = EffectState.CONFIRMED, tuple(_created_ids(body))
+        except BudgetExhausted:
+            state = None
+        except ProviderRejected as exc:
+            state, error = EffectState.REJECTED, exc.detail
+        except PossiblyDispatched as exc:
+            state, error = EffectState.OUTCOME_UNKNOWN, exc.detail
+        except WakelineError as exc:
+            state, error = EffectState.REJECTED, exc.detail or exc.code
+        except Exception as exc:  # never leave an effect in flight forever
+            log.exception("sending an effect failed", extra={"effect_id": effect.id})
+            state, error = EffectState.OUTCOME_UNKNOWN, exc.__class__.__name__
+        if state is not EffectState.CONFIRMED:
+            log.warning("write to Linear not confirmed",
+                        extra={"effect_id": effect.id, "state": state, "error": error})
+        try:
+            me.settled(effect, state, error, ids)
+        except pykka.ActorDeadError:
+            pass  # shutting down: the dispatched record becomes outcome_unknown at start-up
+
+
+def _created_ids(body: dict[str, Any]) -> list[str]:
+    ids = []
+    for result in (body.get("data") or {}).values():
+        if isinstance(result, dict):
+            for value in result.values():
+                if isinstance(value, dict) and isinstance(value.get("id"), str):
+                    ids.append(value["id"])
+    return ids

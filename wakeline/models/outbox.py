@@ -1,0 +1,171 @@
+"""The outbox of writes to Linear (outbound effects).
+
+An effect is prepared in the same transaction as the decision that causes it
+(admission, finalisation, a stall), so a crash can neither lose it nor send it
+twice: `prepared` effects are sent after a restart; `dispatched` ones may have
+reached Linear and become `outcome_unknown`, never re-sent, until an operator
+verifies the write is absent and releases them. The body is dropped once an
+effect settles; a hash of it stays for investigations.
+
+    prepared --mark_dispatched--> dispatched --settle--> confirmed | rejected
+        |                              |
+        +--(no credential)--> rejected +--(crash)--> outcome_unknown --operator--> released
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Iterable
+
+from peewee import SqliteDatabase
+
+from wakeline.clock import iso
+from wakeline.models.tables import Tables
+
+
+class EffectState(StrEnum):
+    """Where an outbound write stands."""
+
+    PREPARED = "prepared"
+    DISPATCHED = "dispatched"
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    RELEASED = "released"
+
+
+class EffectKind(StrEnum):
+    """What the write creates in Linear."""
+
+    AGENT_ACTIVITY = "agent_activity"
+    COMMENT = "comment"
+
+
+@dataclass(frozen=True)
+class EffectSpec:
+    """A write to prepare: an agent activity on a session, or a comment on an issue."""
+
+    kind: EffectKind
+    target: str
+    body: str
+    activity_type: str | None = None
+    conversation_id: str | None = None
+
+    def summary(self) -> str:
+        """A body-free description for listings."""
+        what = f"{self.activity_type} activity" if self.activity_type else "comment"
+        return f"{what} on {self.target}"
+
+
+@dataclass(frozen=True)
+class PendingEffect:
+    """A prepared effect, ready for the wire."""
+
+    id: str
+    kind: EffectKind
+    target: str
+    body: str
+    activity_type: str | None
+
+
+class Outbox:
+    """Effects over one database; callers hold the transaction for `prepare`."""
+
+    def __init__(self, db: SqliteDatabase, tables: Tables) -> None:
+        self._db = db
+        self._t = tables
+
+    def prepare(self, specs: Iterable[EffectSpec], now: int) -> list[str]:
+        """Record effects to send (inside the caller's transaction); returns their ids."""
+        ids = []
+        for spec in specs:
+            effect_id = str(uuid.uuid4())
+            payload = {"type": spec.activity_type, "body": spec.body}
+            self._t.effects.insert(
+                id=effect_id, kind=spec.kind.value, conversation_id=spec.conversation_id,
+                target=spec.target, summary=spec.summary(), body=json.dumps(payload),
+                mutation_hash=hashlib.sha256(json.dumps([spec.kind, spec.target, payload]).encode()).hexdigest(),
+                state=EffectState.PREPARED.value, created_at=now,
+            ).execute()
+            ids.append(effect_id)
+        return ids
+
+    def prepared(self, limit: int = 50, exclude: Iterable[str] = ()) -> list[PendingEffect]:
+        """Prepared effects, oldest first."""
+        e = self._t.effects
+        q = e.select().where(e.state == EffectState.PREPARED.value)
+        skip = list(exclude)
+        if skip:
+            q = q.where(e.id.not_in(skip))
+        out = []
+        for row in q.order_by(e.created_at, e.id).limit(limit):
+            payload = json.loads(row.body or "{}")
+            out.append(PendingEffect(row.id, EffectKind(row.kind), row.target, payload.get("body", ""),
+                                     payload.get("type")))
+        return out
+
+    def mark_dispatched(self, effect_id: str, now: int) -> bool:
+        """Durably note that the write is about to leave; False if it is no longer prepared."""
+        e = self._t.effects
+        with self._db.atomic():
+            return bool(e.update(state=EffectState.DISPATCHED.value, dispatched_at=now)
+                        .where((e.id == effect_id) & (e.state == EffectState.PREPARED.value)).execute())
+
+    def unmark(self, effect_id: str) -> None:
+        """Back to prepared: the write never left (the budget refused it before dispatch)."""
+        e = self._t.effects
+        with self._db.atomic():
+            e.update(state=EffectState.PREPARED.value, dispatched_at=None) \
+                .where((e.id == effect_id) & (e.state == EffectState.DISPATCHED.value)).execute()
+
+    def settle(self, effect_id: str, state: EffectState, now: int, *, error: str | None = None,
+               result_ids: list[str] | None = None) -> None:
+        """Record the outcome and drop the body."""
+        e = self._t.effects
+        with self._db.atomic():
+            e.update(state=state.value, settled_at=now, error=error, body=None,
+                     result_ids=json.dumps(result_ids) if result_ids else None) \
+                .where(e.id == effect_id).execute()
+
+    def recover(self, now: int) -> int:
+        """Startup: a write that was dispatched but never settled may have happened."""
+        e = self._t.effects
+        with self._db.atomic():
+            return e.update(state=EffectState.OUTCOME_UNKNOWN.value, settled_at=now, body=None,
+                            error="the process stopped while the write was in flight") \
+                .where(e.state == EffectState.DISPATCHED.value).execute()
+
+    def release(self, effect_id: str, now: int) -> bool:
+        """The operator verified an `outcome_unknown` write is absent in Linear."""
+        e = self._t.effects
+        with self._db.atomic():
+            return bool(e.update(state=EffectState.RELEASED.value, settled_at=now)
+                        .where((e.id == effect_id) & (e.state == EffectState.OUTCOME_UNKNOWN.value))
+                        .execute())
+
+    def unsettled(self, conversation_id: str) -> int:
+        """Effects of a conversation that have not reached Linear yet (prepared or in flight)."""
+        e = self._t.effects
+        return e.select().where(
+            (e.conversation_id == conversation_id)
+            & e.state.in_([EffectState.PREPARED.value, EffectState.DISPATCHED.value])
+        ).count()
+
+    def listing(self, limit: int = 100, state: str | None = None) -> list[dict[str, Any]]:
+        """Effects newest first, without bodies."""
+        e = self._t.effects
+        q = e.select()
+        if state:
+            q = q.where(e.state == state)
+        return [
+            {"id": r.id, "kind": r.kind, "conversationId": r.conversation_id, "target": r.target,
+             "summary": r.summary, "state": r.state, "mutationHash": r.mutation_hash,
+             "createdAt": iso(r.created_at), "dispatchedAt": iso(r.dispatched_at) if r.dispatched_at else None,
+             "settledAt": iso(r.settled_at) if r.settled_at else None, "error": r.error,
+             "resultIds": json.loads(r.result_ids) if r.result_ids else []}
+            for r in q.order_by(e.created_at.desc(), e.id).limit(limit)
+        ]

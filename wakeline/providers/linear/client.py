@@ -1,0 +1,159 @@
+"""The wire to Linear's GraphQL API: one attempt per call, a request budget, honest errors.
+
+`LinearClient.execute` never retries. A definite refusal (GraphQL errors, a
+4xx, RATELIMITED, which Linear may send with HTTP 400) raises
+`ProviderRejected` with Linear's message, secrets redacted; a network error or
+a 5xx raises `PossiblyDispatched`, because the request may have reached Linear.
+The budget refuses before anything is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from wakeline.clock import Clock
+from wakeline.errors import BudgetExhausted, PossiblyDispatched, ProviderRejected
+from wakeline.secrets import redact
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 30.0
+MESSAGE_MAX_CHARS = 1_000
+
+
+def auth_header(credential: str) -> str:
+    """Personal API keys go bare; OAuth and app tokens as Bearer."""
+    return credential if credential.startswith("lin_api_") else f"Bearer {credential}"
+
+
+def credential_kind(credential: str | None) -> str:
+    """`personal_api_key`, `oauth_token`, or `none`."""
+    if not credential:
+        return "none"
+    return "personal_api_key" if credential.startswith("lin_api_") else "oauth_token"
+
+
+@dataclass
+class RequestBudget:
+    """A sliding hourly cap plus whatever Linear's rate-limit headers last said."""
+
+    per_hour: int
+    clock: Clock
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: deque[float] = deque()
+        self._blocked_until = 0.0
+
+    def take(self) -> None:
+        """Count one request, or raise `BudgetExhausted` without sending it."""
+        now = self.clock.now().timestamp()
+        with self._lock:
+            if now < self._blocked_until:
+                raise BudgetExhausted("Linear's rate limit is exhausted",
+                                      retryAfterSeconds=round(self._blocked_until - now, 1))
+            while self._sent and self._sent[0] <= now - 3600:
+                self._sent.popleft()
+            if len(self._sent) >= self.per_hour:
+                raise BudgetExhausted("the hourly request budget is spent",
+                                      retryAfterSeconds=round(self._sent[0] + 3600 - now, 1))
+            self._sent.append(now)
+
+    def observe(self, headers: Any) -> None:
+        """Block until Linear's reset when its headers say nothing is left."""
+        now = self.clock.now().timestamp()
+        until = 0.0
+        retry_after = headers.get("Retry-After")
+        if retry_after:
+            try:
+                until = now + float(retry_after)
+            except ValueError:
+                pass
+        for kind in ("Requests", "Complexity"):
+            remaining = headers.get(f"X-RateLimit-{kind}-Remaining")
+            reset = headers.get(f"X-RateLimit-{kind}-Reset")
+            if remaining is not None and reset is not None:
+                try:
+                    if int(remaining) <= 0:
+                        until = max(until, int(reset) / 1000)
+                except ValueError:
+                    pass
+        if until > now:
+            with self._lock:
+                self._blocked_until = max(self._blocked_until, until)
+
+    def used(self) -> int:
+        """Requests counted in the last hour."""
+        with self._lock:
+            return len(self._sent)
+
+
+class LinearClient:
+    """Sends GraphQL operations to Linear with one credential."""
+
+    def __init__(self, api_url: str, credential: str, budget: RequestBudget,
+                 secret_values: list[str]) -> None:
+        self._url = api_url
+        self._budget = budget
+        self._secrets = [*secret_values, credential]
+        self._session = requests.Session()
+        self._session.headers.update({
+            "Authorization": auth_header(credential),
+            "Content-Type": "application/json",
+            "User-Agent": "wakeline",
+        })
+
+    def execute(self, query: str, variables: dict[str, Any] | None = None,
+                operation_name: str | None = None) -> dict[str, Any]:
+        """Send one operation once; returns the whole GraphQL response (`data`, maybe `errors`)."""
+        self._budget.take()
+        payload: dict[str, Any] = {"query": query}
+        if variables:
+            payload["variables"] = variables
+        if operation_name:
+            payload["operationName"] = operation_name
+        try:
+            resp = self._session.post(self._url, json=payload,
+                                      timeout=(CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS))
+        except requests.RequestException as exc:
+            raise PossiblyDispatched(f"no answer from Linear ({exc.__class__.__name__})") from None
+        self._budget.observe(resp.headers)
+        if resp.status_code >= 500:
+            raise PossiblyDispatched(f"Linear answered {resp.status_code}")
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            if resp.status_code >= 400:
+                raise ProviderRejected(f"Linear answered {resp.status_code}", status=resp.status_code)
+            raise PossiblyDispatched("Linear's answer was not JSON")
+        errors = body.get("errors")
+        if errors or resp.status_code >= 400:
+            raise ProviderRejected(self._message(errors, resp.status_code), status=resp.status_code,
+                                   codes=self._codes(errors))
+        return body
+
+    def _message(self, errors: Any, status: int) -> str:
+        messages = []
+        for err in errors if isinstance(errors, list) else []:
+            if isinstance(err, dict) and isinstance(err.get("message"), str):
+                messages.append(err["message"])
+        text = "; ".join(messages) or f"Linear answered {status}"
+        return redact(text, self._secrets)[:MESSAGE_MAX_CHARS]
+
+    @staticmethod
+    def _codes(errors: Any) -> list[str]:
+        codes = []
+        for err in errors if isinstance(errors, list) else []:
+            ext = err.get("extensions") if isinstance(err, dict) else None
+            if isinstance(ext, dict) and isinstance(ext.get("code"), str):
+                codes.append(ext["code"])
+        return codes

@@ -1,0 +1,83 @@
+"""What wakeline says to Linear, and when: the effects each decision prepares.
+
+Texts live here so they read as one voice. Each function returns `EffectSpec`s;
+the caller prepares them in the transaction that made the decision.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from wakeline.models.envelopes import AgentSession
+from wakeline.models.fifo import ClaimedTurn
+from wakeline.models.outbox import EffectKind, EffectSpec
+
+__all__ = ["EffectSpec", "activity", "comment", "for_sessions", "sessions_of", "stalled", "turn_result"]
+from wakeline.models.states import TurnResultKind
+
+BODY_MAX_CHARS = 30_000
+ACK = "Picked up by wakeline; working on it."
+NOT_CONNECTED = ("This team isn't connected to wakeline, so no agent will run here. "
+                 "Add its key to a route's `teams` in wakeline.toml.")
+CLOSED = "This issue is completed or canceled, so wakeline runs no agent on it until it is reopened."
+STOPPED = "Stopped as requested."
+HEARTBEAT = "Still working on it."
+RERUN = "wakeline restarted while this turn was running; running it again."
+EMPTY_RESPONSE = "(the agent finished without output)"
+
+ACTIVITY_BY_RESULT = {
+    TurnResultKind.RESPONSE: "response",
+    TurnResultKind.ERROR: "error",
+    TurnResultKind.ELICITATION: "elicitation",
+}
+
+
+def bounded(text: str, limit: int = BODY_MAX_CHARS) -> str:
+    """Trim to what one activity or comment should carry."""
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 40].rstrip() + "\n\n…(output truncated)"
+
+
+def activity(session_id: str, kind: str, body: str, conversation_id: str | None = None) -> EffectSpec:
+    """An agent activity (`thought`, `response`, `error`, `elicitation`) on a session."""
+    return EffectSpec(EffectKind.AGENT_ACTIVITY, session_id, bounded(body), kind, conversation_id)
+
+
+def comment(issue_id: str, body: str, conversation_id: str | None = None) -> EffectSpec:
+    """A comment on an issue."""
+    return EffectSpec(EffectKind.COMMENT, issue_id, bounded(body), None, conversation_id)
+
+
+def sessions_of(turn: ClaimedTurn) -> list[str]:
+    """Distinct agent sessions whose deliveries ride this turn, in order."""
+    seen: list[str] = []
+    for entry in turn.entries:
+        env = entry.envelope
+        if isinstance(env, AgentSession) and env.session_id not in seen:
+            seen.append(env.session_id)
+    return seen
+
+
+def for_sessions(sessions: Iterable[str], kind: str, body: str, conversation_id: str) -> list[EffectSpec]:
+    """The same activity on each session."""
+    return [activity(s, kind, body, conversation_id) for s in sessions]
+
+
+def turn_result(turn: ClaimedTurn, result: TurnResultKind, output: str, reply: str) -> list[EffectSpec]:
+    """What a finished turn posts: an activity per session; a comment for issue routes that reply."""
+    kind = ACTIVITY_BY_RESULT.get(result)
+    if kind is None:
+        return []
+    body = output.strip() or (EMPTY_RESPONSE if kind == "response" else f"The agent ended with {kind}.")
+    sessions = sessions_of(turn)
+    effects = for_sessions(sessions, kind, body, turn.conversation_id)
+    if not sessions and reply == "comment" and turn.issue_id and kind in ("response", "elicitation"):
+        effects.append(comment(turn.issue_id, body, turn.conversation_id))
+    return effects
+
+
+def stalled(turn: ClaimedTurn, attempts: int, error: str) -> list[EffectSpec]:
+    """A turn that will not run again without an operator: no session stays 'Working'."""
+    body = (f"wakeline could not finish this after {attempts} attempts ({error[:300]}). "
+            "An operator can retry or abandon it with `wakeline conversations retry|abandon`.")
+    return for_sessions(sessions_of(turn), "error", body, turn.conversation_id)
