@@ -1,0 +1,40 @@
+"""Small helpers shared by tests that wait on real processes and servers."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+               message: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds.
+
+    Returns the truthy value. Exceptions raised by the predicate count as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:  # noqa: BLE001 - the thing polled may not exist yet
+            last_error = exc
+        else:
+            if value:
+                return value
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"{message} not met within {timeout}s{detail}")
+        # A poll interval, not a wait for an event: the deadline bounds the loop.
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
