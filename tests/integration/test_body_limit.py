@@ -12,16 +12,25 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
-from tests.conftest import comment_event, signed
+from tests.conftest import OPERATOR_TOKEN, WEBHOOK_SECRET, comment_event, signed
 from wakeline.app import Service
 from wakeline.config import Config
 from wakeline.models.store import Store
+from wakeline.secrets import Secrets
 
 LIMIT = 8192
 DEADLINE_SECONDS = 5.0
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def secrets() -> Secrets:
+    """No Linear API key: the local backend, so nothing here ever calls api.linear.app."""
+    return Secrets(webhook_secret=SecretStr(WEBHOOK_SECRET), linear_api_key=None,
+                   operator_token=SecretStr(OPERATOR_TOKEN))
 
 
 @pytest.fixture

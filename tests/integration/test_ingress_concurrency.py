@@ -16,10 +16,19 @@ from dataclasses import dataclass
 
 import pytest
 import requests
+from pydantic import SecretStr
 
-from tests.conftest import comment_event, issue_event, session_event, signed
+from tests.conftest import (
+    OPERATOR_TOKEN,
+    WEBHOOK_SECRET,
+    comment_event,
+    issue_event,
+    session_event,
+    signed,
+)
 from wakeline.app import Service
 from wakeline.models.store import Store
+from wakeline.secrets import Secrets
 
 CLIENTS = 8
 PER_CLIENT = 200
@@ -29,6 +38,13 @@ ENG_ISSUES = [f"eng-issue-{n}" for n in range(12)]
 OPS_ISSUES = [f"ops-issue-{n}" for n in range(12)]
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def secrets() -> Secrets:
+    """No Linear API key: the local backend, so nothing here ever calls api.linear.app."""
+    return Secrets(webhook_secret=SecretStr(WEBHOOK_SECRET), linear_api_key=None,
+                   operator_token=SecretStr(OPERATOR_TOKEN))
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 import requests
+from pydantic import SecretStr
 
-from tests.conftest import WEBHOOK_SECRET, comment_event, issue_event, now_ms, session_event, signed
+from tests.conftest import (
+    OPERATOR_TOKEN,
+    WEBHOOK_SECRET,
+    comment_event,
+    issue_event,
+    now_ms,
+    session_event,
+    signed,
+)
 from wakeline.admission import AdmissionWriter
 from wakeline.app import Service, build_service
 from wakeline.clock import SystemClock
@@ -34,6 +43,13 @@ from wakeline.secrets import Secrets
 pytestmark = pytest.mark.slow
 
 UNAVAILABLE = {"error": "unavailable"}
+
+
+@pytest.fixture
+def secrets() -> Secrets:
+    """No Linear API key: the local backend, so nothing here ever calls api.linear.app."""
+    return Secrets(webhook_secret=SecretStr(WEBHOOK_SECRET), linear_api_key=None,
+                   operator_token=SecretStr(OPERATOR_TOKEN))
 
 
 def post(base_url: str, body: dict[str, Any] | bytes, delivery: str) -> requests.Response:

@@ -100,7 +100,8 @@ def start_serve(tmp_path: Path) -> Iterator[Callable[[], Served]]:
             encoding="utf-8",
         )
         env = {k: v for k, v in os.environ.items()
-               if k not in ("WAKELINE_CONFIG", "WAKELINE_API_URL", "WAKELINE_TOKEN")}
+               if k not in ("WAKELINE_CONFIG", "WAKELINE_API_URL", "WAKELINE_TOKEN",
+                            "WAKELINE_LINEAR_API_KEY")}  # no key: the local backend
         env.update(WAKELINE_LINEAR_WEBHOOK_SECRET=WEBHOOK_SECRET, PYTHONUNBUFFERED="1")
         stdout = tmp_path / f"serve-{len(children)}.out"
         stderr = tmp_path / f"serve-{len(children)}.err"
