@@ -181,6 +181,8 @@ def build_service(
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     """Run until SIGINT or SIGTERM; returns the process exit code."""
     environ = os.environ if environ is None else environ
+    # Everything wakeline writes (database, WAL, journal, prompts) is the owner's alone.
+    os.umask(0o077)
     secrets = prepare_state(config, environ)
     setup_logging(config.log_level, secrets.values())
     service = build_service(config, secrets)

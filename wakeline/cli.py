@@ -20,7 +20,7 @@ import click
 import requests
 
 from wakeline.client import ApiError, NoToken, OperatorClient, Unreachable
-from wakeline.config import Config, config_path, load_config
+from wakeline.config import CONFIG_ENV, Config, config_path, load_config
 from wakeline.errors import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -46,7 +46,8 @@ class Context:
     def config(self) -> Config:
         """The loaded config, or exit 2 naming the key at fault."""
         try:
-            return load_config(self.path, required=self.config_option is not None)
+            explicit = self.config_option is not None or bool(os.environ.get(CONFIG_ENV))
+            return load_config(self.path, required=explicit)
         except ConfigError as exc:
             fail(f"config error: {exc.key}: {exc.reason}", EXIT_USAGE)
 

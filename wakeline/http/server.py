@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 from waitress.adjustments import Adjustments
@@ -97,7 +98,8 @@ class Listener:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop accepting, let running requests finish, close every connection (idempotent)."""
+        """Stop accepting, let running requests finish and their answers leave, then close
+        every connection (idempotent)."""
         if self._stopped:
             return
         self._stopped = True
@@ -105,12 +107,25 @@ class Listener:
             self._server.close()
             self._dispatcher.shutdown(timeout=timeout)
             return
+        # The asyncore map belongs to the loop thread: change it only from inside it.
+        # Stop polling the listening socket; it is closed with everything else below.
+        self._server.accepting = False
+        self._server.trigger.pull_trigger()
+        self._dispatcher.shutdown(timeout=timeout)
+        deadline = time.monotonic() + min(timeout, 2.0)
+        while time.monotonic() < deadline and any(
+            getattr(ch, "total_outbufs_len", 0) for ch in list(self._map.values())
+        ):
+            time.sleep(0.01)
 
         def close_all() -> None:
             for channel in list(self._map.values()):
                 channel.close()
 
-        # The asyncore map belongs to the loop thread: close from inside it.
-        self._server.trigger.pull_trigger(close_all)
+        try:
+            self._server.trigger.pull_trigger(close_all)
+        except OSError:
+            # The loop already closed its trigger: it is ending; close what is left ourselves.
+            self._thread.join(timeout)
+            close_all()
         self._thread.join(timeout)
-        self._dispatcher.shutdown(timeout=timeout)

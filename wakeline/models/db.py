@@ -44,7 +44,9 @@ def open_database(path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> 
     )
     db.connect(reuse_if_open=True)
     migrate(db)
-    path.chmod(0o600)
+    for owned in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if owned.exists():
+            owned.chmod(0o600)
     return db
 
 

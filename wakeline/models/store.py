@@ -103,11 +103,13 @@ class Store:
         try:
             with self.db.atomic():
                 return self._admit_one(plan)
-        except DatabaseError as exc:
-            # Failures that abort the whole transaction (I/O, read-only) resurface at commit.
+        except Exception as exc:
+            # The savepoint rolled this delivery back; its neighbours still commit. Failures that
+            # abort the whole transaction (I/O, read-only) resurface at commit for the group.
             log.warning(
                 "admission failed",
                 extra={"delivery_id": plan.delivery.delivery_id, "error": exc.__class__.__name__},
+                exc_info=not isinstance(exc, DatabaseError),
             )
             return Unavailable()
 

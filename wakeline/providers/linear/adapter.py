@@ -62,6 +62,7 @@ class ParsedDelivery:
     headline: str
     inbox_event: JsonObject | None
     ignore_reason: str | None = None
+    organization_id: str | None = None
 
 
 class LinearWebhooks:
@@ -89,8 +90,7 @@ class LinearWebhooks:
         raw = _load_object(body)
         parsed = _parse(raw, delivery_id.strip(), hashlib.sha256(body).hexdigest())
         _check_fresh(parsed.webhook_ms, now_ms, self._freshness_ms)
-        org = _organization(parsed)
-        if self._organization_id and org != self._organization_id:
+        if self._organization_id and parsed.organization_id != self._organization_id:
             raise OrganizationRefused()
         return parsed
 
@@ -179,6 +179,7 @@ def _parse(raw: JsonObject, delivery_id: str, sha: str) -> ParsedDelivery:
         headline=f"{event_type} {action} · - · unknown",
         inbox_event=None,
         ignore_reason="unsupported_event",
+        organization_id=_org(raw),
     )
 
 
@@ -205,11 +206,13 @@ def _delivery(
         headline=headline(envelope),
         inbox_event={k: raw[k] for k in INBOX_KEYS if k in raw} if inbox else None,
         ignore_reason=ignore,
+        organization_id=_org(raw),
     )
 
 
-def _organization(parsed: ParsedDelivery) -> str | None:
-    return parsed.envelope.organization_id if parsed.envelope else None
+def _org(raw: JsonObject) -> str | None:
+    value = raw.get("organizationId")
+    return value if isinstance(value, str) else None
 
 
 def _subject(org: str | None, issue_id: str | None) -> Subject | None:
