@@ -52,14 +52,16 @@ class Inbox:
 
     def forward(self, *, after: int | None, limit: int, headlines: bool) -> dict[str, Any]:
         """The oldest events after the ack boundary (or after `after`), within the page budget."""
-        return self._page(self._store.inbox.forward(after, limit), headlines)
+        read = self._store.inbox.forward(after, limit, events_over=_events_over(headlines))
+        return self._page(read, headlines)
 
     def before(self, *, cursor: int, limit: int, headlines: bool) -> dict[str, Any]:
         """The events just before `cursor`, read or not, oldest first, within the page budget.
 
         The page is filled from `cursor` backwards; `hasMore` says older history exists.
         """
-        return self._page(self._store.inbox.before(cursor, limit), headlines, backwards=True)
+        read = self._store.inbox.before(cursor, limit, events_over=_events_over(headlines))
+        return self._page(read, headlines, backwards=True)
 
     def ack(self, cursor: int) -> dict[str, Any]:
         """Move the read boundary to `cursor` (see `InboxStore.ack`), then prune read history."""
@@ -122,6 +124,11 @@ class Inbox:
 
         Bounding a large event is cached by cursor: a stored message never changes.
         """
+        if row.event is None:  # left out by a headlines read: too small to be cut
+            return {}, False
+        if 2 * len(row.event) <= EVENT_MAX_CHARS:
+            # Stored compact: spaces after `,` and `:` at most double it. Small enough.
+            return json.loads(row.event), False
         with self._lock:
             hit = self._bounded.get(row.cursor)
             if hit is not None:
@@ -137,6 +144,15 @@ class Inbox:
                 while len(self._bounded) > _CACHE_SIZE:
                     self._bounded.popitem(last=False)
         return result
+
+
+def _events_over(headlines: bool) -> int | None:
+    """A headlines read needs an event only to tell whether it is cut: only if it may be.
+
+    The stored event is compact JSON; spaces after `,` and `:` at most double it, so
+    an event of at most EVENT_MAX_CHARS / 2 bytes is never cut.
+    """
+    return EVENT_MAX_CHARS // 2 if headlines else None
 
 
 # --- bounding one event --------------------------------------------------------------------------
@@ -256,7 +272,8 @@ def _clip(event: dict[str, Any], max_chars: int) -> dict[str, Any]:
             return keep if len(keep) == len(value) else keep + _ELLIPSIS
         if isinstance(value, dict):
             keys = list(value)
-            earlier = _marked(value.get(_ELLIPSIS), _MORE_KEYS) if keys and keys[-1] == _ELLIPSIS else 0
+            marker = value.get(_ELLIPSIS) if keys and keys[-1] == _ELLIPSIS else None
+            earlier = _marked(marker, _MORE_KEYS)
             if earlier:
                 keys.pop()
             out: dict[str, Any] = {}

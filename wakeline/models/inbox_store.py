@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from peewee import SqliteDatabase, fn
+from peewee import Case, SqliteDatabase, fn
 
 from wakeline.errors import NotShown
 from wakeline.models.tables import Tables
@@ -35,7 +35,7 @@ class InboxRow:
     cursor: int
     received_at: int
     headline: str
-    event: str
+    event: str | None  # the stored JSON; None when the read left it out (`events_over`)
     shown: bool
 
 
@@ -102,33 +102,38 @@ class InboxStore:
         ack = self.ack_cursor()
         return InboxState(ack, self.oldest_cursor(), self.unread_count(ack))
 
-    def forward(self, after: int | None, limit: int) -> InboxRead:
+    def forward(self, after: int | None, limit: int, *,
+                events_over: int | None = None) -> InboxRead:
         """Up to `limit` messages after `after` (default: the boundary), oldest first.
 
-        `more` is true when a message lies beyond the last one returned.
+        `more` is true when a message lies beyond the last one returned. With
+        `events_over`, only events of more than that many bytes are read.
         """
         m = self._t.inbox
         with self._db.atomic("DEFERRED"):
             state = self._state()
             start = state.ack_cursor if after is None else after
-            rows = self._rows(m.id > start, m.id.asc(), limit + 1)
+            rows = self._rows(m.id > start, m.id.asc(), limit + 1, events_over)
         return InboxRead(rows[:limit], len(rows) > limit, state)
 
-    def before(self, cursor: int, limit: int) -> InboxRead:
+    def before(self, cursor: int, limit: int, *, events_over: int | None = None) -> InboxRead:
         """Up to `limit` messages just before `cursor`, read or not, newest first.
 
-        `more` is true when an older message lies before the last one returned.
+        `more` is true when an older message lies before the last one returned. With
+        `events_over`, only events of more than that many bytes are read.
         """
         m = self._t.inbox
         with self._db.atomic("DEFERRED"):
             state = self._state()
-            rows = self._rows(m.id < cursor, m.id.desc(), limit + 1)
+            rows = self._rows(m.id < cursor, m.id.desc(), limit + 1, events_over)
         return InboxRead(rows[:limit], len(rows) > limit, state)
 
-    def _rows(self, where: Any, order: Any, limit: int) -> list[InboxRow]:
+    def _rows(self, where: Any, order: Any, limit: int, events_over: int | None) -> list[InboxRow]:
         m = self._t.inbox
+        event = m.event if events_over is None \
+            else Case(None, [(m.size_bytes > events_over, m.event)])
         query = (
-            m.select(m.id, m.received_at, m.headline, m.event, m.shown)
+            m.select(m.id, m.received_at, m.headline, event, m.shown)
             .where(where).order_by(order).limit(limit).tuples()
         )
         return [InboxRow(c, r, h, e, bool(s)) for c, r, h, e, s in query]
@@ -141,7 +146,8 @@ class InboxStore:
             return
         m = self._t.inbox
         with self._db.atomic():
-            m.update(shown=True).where(m.id.in_(cursors) & (m.shown == False)).execute()  # noqa: E712
+            m.update(shown=True) \
+                .where(m.id.in_(cursors) & (m.shown == False)).execute()  # noqa: E712
 
     def ack(self, cursor: int) -> AckResult:
         """Move the boundary to `cursor`, in one transaction with its checks.
