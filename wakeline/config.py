@@ -23,7 +23,8 @@ CONFIG_ENV = "WAKELINE_CONFIG"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: TOML has real types, so "yes" for a bool or "8787" for a port is a mistake.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ServerConfig(_Section):

@@ -281,3 +281,26 @@ def test_no_error_body_or_header_carries_the_secret(frozen: Any, ingress: Any) -
             resp = post(ingress, body, signature=sig)
             assert WEBHOOK_SECRET not in resp.text
             assert WEBHOOK_SECRET not in json.dumps(dict(resp.headers))
+
+
+def test_unsupported_event_of_the_configured_organization_is_ignored(frozen: Any, make_config: Any,
+                                                                      store: Store, clock: Any) -> None:
+    from falcon import testing
+
+    from wakeline.admission import AdmissionWriter
+    from wakeline.http.ingress import create_ingress_app
+    from wakeline.metrics import Metrics
+    from wakeline.providers.linear.adapter import LinearWebhooks
+
+    config = make_config(linear={"organization_id": ORG})
+    writer = AdmissionWriter(store)
+    writer.start()
+    try:
+        webhooks = LinearWebhooks(WEBHOOK_SECRET, freshness_seconds=60, organization_id=ORG)
+        client = testing.TestClient(create_ingress_app(config, webhooks, writer, clock, Metrics()))
+        body = {"type": "OAuthApp", "action": "revoked", "organizationId": ORG, "webhookTimestamp": now_ms()}
+        assert post(client, body).json == {"outcome": "ignored", "reason": "unsupported_event"}
+        body["organizationId"] = "org-other"
+        assert post(client, body).status_code == 403
+    finally:
+        writer.stop()
