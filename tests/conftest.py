@@ -126,7 +126,7 @@ def ingress(config: Config, writer: AdmissionWriter, clock: SystemClock) -> test
 @pytest.fixture
 def operator(config: Config, store: Store, clock: SystemClock) -> testing.TestClient:
     """falcon TestClient of the operator app."""
-    inbox = Inbox(store, config.inbox.following)
+    inbox = Inbox(store)
     return testing.TestClient(
         create_operator_app(config, store, inbox, TokenRegistry(OPERATOR_TOKEN), clock, Metrics()),
         headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},

@@ -107,10 +107,10 @@ def build_service(
     clock = clock or SystemClock()
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
-    store = Store.open(config.database_path, clock)
+    store = Store.open(config.database_path, clock, config.inbox.following)
     metrics = Metrics()
     tokens = TokenRegistry(secrets.operator_token.get_secret_value())
-    inbox = Inbox(store, config.inbox.following)
+    inbox = Inbox(store)
     operator_url: list[str] = []
     turn_env = TurnEnv(
         store=store,
@@ -132,7 +132,7 @@ def build_service(
     supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
 
     def admitted(results: list[Any]) -> None:
-        woke = [r.conversation_id for r in results if r.wakes]
+        woke = [cid for r in results for cid in r.wake_ids]
         if woke:
             supervisor.wake(woke)
         if any(r.effects for r in results):

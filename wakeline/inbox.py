@@ -24,7 +24,6 @@ from wakeline.models.store import Store
 
 log = logging.getLogger(__name__)
 
-FOLLOWING_KEY = "inbox.following"
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 EVENT_MAX_CHARS = 8_000
@@ -36,19 +35,18 @@ _CACHE_SIZE = 256
 class Inbox:
     """Reads, acknowledgements and the switch of the Linear inbox, over the store."""
 
-    def __init__(self, store: Store, following_default: bool) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
-        self._following_default = following_default
         self._bounded: OrderedDict[int, tuple[dict[str, Any], bool]] = OrderedDict()
         self._lock = threading.Lock()
 
     def following(self) -> bool:
-        """The persisted switch, else the configured initial value."""
-        return bool(self._store.get_setting(FOLLOWING_KEY, self._following_default))
+        """The follow switch (see `Store.following`)."""
+        return self._store.following()
 
     def set_following(self, value: bool) -> None:
         """Persist the switch; it wins over the config from now on."""
-        self._store.set_setting(FOLLOWING_KEY, value)
+        self._store.set_following(value)
 
     def forward(self, *, after: int | None, limit: int, headlines: bool) -> dict[str, Any]:
         """The oldest events after the ack boundary (or after `after`), within the page budget."""

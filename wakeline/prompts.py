@@ -84,3 +84,18 @@ def issue_prompt(turn: ClaimedTurn, secret_values: list[str]) -> str:
     for entry in turn.entries:
         lines += ["", fence(f"delivery={entry.seq}", quote_entry(entry))]
     return redact("\n".join(lines) + "\n", secret_values)
+
+
+def inbox_prompt(turn: ClaimedTurn, secret_values: list[str]) -> str:
+    """An inbox wake: one headline per event not yet surfaced, and nothing else.
+
+    A routine event costs one line; the agent reads deeper itself (`wakeline inbox`).
+    """
+    return redact("".join(f"- {line}\n" for line in turn.inbox_headlines), secret_values)
+
+
+def prompt_for(turn: ClaimedTurn, secret_values: list[str]) -> str:
+    """The prompt of any turn."""
+    if turn.kind == "inbox":
+        return inbox_prompt(turn, secret_values)
+    return issue_prompt(turn, secret_values)

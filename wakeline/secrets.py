@@ -66,8 +66,9 @@ def new_token(nbytes: int = 32) -> str:
     return _random.token_urlsafe(nbytes)
 
 
-def create_secret_file(path: Path, value: str) -> bool:
-    """Write `value` to `path` with mode 0600 unless the file exists.
+def create_secret_file(path: Path, value: str, *, newline: bool = True) -> bool:
+    """Write `value` (plus a newline, unless told not to) to `path` with mode 0600 unless the
+    file exists.
 
     The write goes to a temporary file that is linked into place, so a reader
     never sees a half-written secret and a concurrent creator never clobbers one.
@@ -82,7 +83,7 @@ def create_secret_file(path: Path, value: str) -> bool:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(value + "\n")
+            fh.write(value + ("\n" if newline else ""))
             fh.flush()
             os.fsync(fh.fileno())
         try:

@@ -67,6 +67,23 @@ def main() -> int:
         for _ in range(int(arg or 1600)):  # 1600 x 64 KiB = 100 MiB
             sys.stdout.buffer.write(chunk)
         return 0
+    if mode == "api":  # what may this turn's token do? print the status code of each call
+        import urllib.error
+        import urllib.request
+
+        codes = {}
+        for method, path, body in (("GET", "/v1/inbox?view=headlines", None), ("GET", "/v1/status", None),
+                                   ("PUT", "/v1/following", b'{"following": false}')):
+            req = urllib.request.Request(os.environ["WAKELINE_API_URL"] + path, data=body, method=method,
+                                         headers={"Authorization": "Bearer " + os.environ["WAKELINE_TOKEN"],
+                                                  "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    codes[f"{method} {path}"] = resp.status
+            except urllib.error.HTTPError as err:
+                codes[f"{method} {path}"] = err.code
+        print(json.dumps(codes))
+        return 0
     if mode == "kill-self":
         os.kill(os.getpid(), signal.SIGKILL)
     print(f"unknown mode {mode}", file=sys.stderr)

@@ -27,7 +27,7 @@ from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec
 from wakeline.models.fifo import ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
-from wakeline.prompts import issue_prompt
+from wakeline.prompts import prompt_for
 from wakeline.providers.linear import replies
 from wakeline.secrets import create_secret_file
 from wakeline.tokens import Lane, TokenRegistry
@@ -313,7 +313,7 @@ class ConversationActor(pykka.ThreadingActor):
         workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         prompt_file = env.prompts / f"{turn.turn_id}.{turn.attempt}.prompt"
         prompt_file.unlink(missing_ok=True)
-        create_secret_file(prompt_file, issue_prompt(turn, env.secret_values))
+        create_secret_file(prompt_file, prompt_for(turn, env.secret_values), newline=False)
         spec = TurnSpec(
             turn_id=turn.turn_id,
             argv=tuple(agent_argv(env.config, turn.route)),

@@ -15,7 +15,8 @@ from peewee import SqliteDatabase, fn
 
 from wakeline.models.envelopes import AgentSession, DataChange, parse_envelope
 from wakeline.models.outbox import EffectSpec, Outbox
-from wakeline.models.states import DeliveryState, TurnResultKind, TurnState
+from wakeline.models.schema import INBOX_CONVERSATION_ID
+from wakeline.models.states import ConversationKind, DeliveryState, TurnResultKind, TurnState
 from wakeline.models.tables import Tables
 
 BATCH_MAX_DELIVERIES = 50
@@ -48,6 +49,7 @@ class ClaimedTurn:
     issue_identifier: str | None
     tainted: bool
     entries: tuple[FifoEntry, ...]
+    inbox_headlines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,12 @@ def _new_id(prefix: str) -> str:
 class Fifo:
     """Claims and their lifecycle over one database."""
 
-    def __init__(self, db: SqliteDatabase, tables: Tables, outbox: Outbox) -> None:
+    def __init__(self, db: SqliteDatabase, tables: Tables, outbox: Outbox,
+                 following: Callable[[], bool] = lambda: False) -> None:
         self._db = db
         self._t = tables
         self._outbox = outbox
+        self._following = following
 
     # --- claims ----------------------------------------------------------------------------
 
@@ -94,6 +98,8 @@ class Fifo:
                 return self._claimed(conv, turn.id, turn.attempt)
             if conv.terminal:
                 return None
+            if conv.kind == ConversationKind.INBOX:
+                return self._claim_inbox(conv, now)
             d = t.deliveries
             rows = list(
                 d.select(d.id, d.size_bytes)
@@ -118,12 +124,35 @@ class Fifo:
                     .where(t.conversations.id == conversation_id).execute()
             return self._claimed(conv, turn_id, 1)
 
+    def _claim_inbox(self, conv: Any, now: int) -> ClaimedTurn | None:
+        # Following is checked again here, just before a queued inbox turn would start:
+        # switched off, the turn is skipped and its messages stay unread and unsurfaced.
+        if not self._following():
+            return None
+        m = self._t.inbox
+        waiting = m.select(m.id).where((m.surfaced == False) & (m.wakes == True))  # noqa: E712
+        if not waiting.exists():
+            return None
+        turn_id = _new_id("turn")
+        self._t.turns.insert(id=turn_id, conversation_id=conv.id, state=TurnState.RUNNING.value,
+                             attempt=1, created_at=now, started_at=now).execute()
+        m.update(surfaced=True, surfaced_by=turn_id).where(m.id.in_(waiting)).execute()
+        if not conv.session_id:
+            conv.session_id = _new_id("ses")
+            self._t.conversations.update(session_id=conv.session_id, updated_at=now) \
+                .where(self._t.conversations.id == conv.id).execute()
+        return self._claimed(conv, turn_id, 1)
+
     def _claimed(self, conv: Any, turn_id: str, attempt: int) -> ClaimedTurn:
         d = self._t.deliveries
         rows = d.select().where(d.turn_id == turn_id).order_by(d.id)
         entries = tuple(
             FifoEntry(r.id, r.headline, r.received_at, parse_envelope(r.envelope)) for r in rows
         )
+        m = self._t.inbox
+        inbox_headlines = tuple(
+            r.headline for r in m.select(m.headline).where(m.surfaced_by == turn_id).order_by(m.id)
+        ) if conv.kind == ConversationKind.INBOX else ()
         return ClaimedTurn(
             turn_id=turn_id,
             conversation_id=conv.id,
@@ -136,6 +165,7 @@ class Fifo:
             issue_identifier=conv.issue_identifier,
             tainted=bool(conv.tainted),
             entries=entries,
+            inbox_headlines=inbox_headlines,
         )
 
     def turn_alive(self, turn_id: str) -> bool:
@@ -313,7 +343,8 @@ class Fifo:
         terminal = self._t.conversations.select(self._t.conversations.id) \
             .where(self._t.conversations.terminal == True)  # noqa: E712
         ids = [r.conversation_id for r in pending.where(d.conversation_id.not_in(terminal))]
-        return running + self.due_retries(now) + ids
+        inbox = [INBOX_CONVERSATION_ID] if self._inbox_waiting() else []
+        return running + self.due_retries(now) + ids + inbox
 
     def _sessions_of_turn(self, turn_id: str) -> list[str]:
         d = self._t.deliveries
@@ -372,9 +403,18 @@ class Fifo:
             return turn.state == TurnState.RUNNING or (
                 turn.state == TurnState.RETRY and (turn.next_attempt_at or 0) <= now
             )
-        terminal = t.conversations.select(t.conversations.terminal) \
-            .where(t.conversations.id == conversation_id).scalar()
-        return not terminal and self.has_pending(conversation_id)
+        conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
+        if conv is None or conv.terminal:
+            return False
+        if conv.kind == ConversationKind.INBOX:
+            return self._inbox_waiting()
+        return self.has_pending(conversation_id)
+
+    def _inbox_waiting(self) -> bool:
+        m = self._t.inbox
+        return self._following() and m.select().where(
+            (m.surfaced == False) & (m.wakes == True)  # noqa: E712
+        ).exists()
 
     def has_pending(self, conversation_id: str) -> bool:
         """True when the conversation has pending deliveries."""

@@ -148,4 +148,14 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Inbox turns: which messages may wake the agent (following was on when they arrived),
+    # and which turn surfaced each headline.
+    [
+        "ALTER TABLE inbox_messages ADD COLUMN wakes INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE inbox_messages ADD COLUMN surfaced_by TEXT",
+        "CREATE INDEX inbox_messages_unsurfaced ON inbox_messages (surfaced, wakes, id)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -23,12 +23,15 @@ from wakeline.models.envelopes import AgentSession, dump_envelope
 from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
+from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, Outcome, TurnState
 from wakeline.models.tables import Tables, bind_tables
 from wakeline.providers.linear import replies
 from wakeline.routing import AdmissionPlan
 
 log = logging.getLogger(__name__)
+
+FOLLOWING_KEY = "inbox.following"
 
 
 @dataclass(frozen=True)
@@ -40,11 +43,12 @@ class AdmissionResult:
     conversation_id: str | None = None
     first_outcome: Outcome | None = None
     effects: int = 0
+    wake_ids: tuple[str, ...] = ()
 
     @property
     def wakes(self) -> bool:
-        """True when a conversation got new FIFO work."""
-        return self.outcome is Outcome.ACCEPTED and self.conversation_id is not None
+        """True when a conversation got work (or a lifecycle change) to act on."""
+        return bool(self.wake_ids)
 
 
 @dataclass(frozen=True)
@@ -63,18 +67,35 @@ class Counts:
 class Store:
     """All durable state of one wakeline."""
 
-    def __init__(self, db: SqliteDatabase, clock: Clock) -> None:
+    def __init__(self, db: SqliteDatabase, clock: Clock, following_default: bool = False) -> None:
         self.db = db
         self.clock = clock
         self.t: Tables = bind_tables(db)
         self.outbox = Outbox(db, self.t)
-        self.fifo = Fifo(db, self.t, self.outbox)
+        self.fifo = Fifo(db, self.t, self.outbox, self.following)
         self.inbox = InboxStore(db, self.t)
+        self._following_default = following_default
 
     @classmethod
-    def open(cls, path: Path, clock: Clock) -> "Store":
+    def open(cls, path: Path, clock: Clock, following_default: bool = False) -> "Store":
         """Open (creating and migrating as needed) the database at `path`."""
-        return cls(open_database(path), clock)
+        return cls(open_database(path), clock, following_default)
+
+    def following(self) -> bool:
+        """The follow switch: the persisted runtime value, else the configured initial one."""
+        return bool(self.get_setting(FOLLOWING_KEY, self._following_default))
+
+    def set_following(self, value: bool) -> None:
+        """Persist the follow switch; it wins over the config from now on.
+
+        Switching on follows new deliveries only: messages already waiting stay unread
+        for the agent to read, but none of them schedules a turn.
+        """
+        m = self.t.inbox
+        with self.db.atomic():
+            if value and not self.following():
+                m.update(wakes=False).where((m.surfaced == False) & (m.wakes == True)).execute()  # noqa: E712
+            self.set_setting(FOLLOWING_KEY, value)
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -168,21 +189,27 @@ class Store:
                 received_at=plan.received_ms,
                 size_bytes=len(envelope),
             ).execute()
+        wake_ids = [conversation_id] if (to_fifo or changed) and conversation_id else []
         if d.inbox_event is not None and plan.outcome is Outcome.ACCEPTED:
             event = json.dumps(d.inbox_event, ensure_ascii=False, separators=(",", ":"))
+            # Following is checked per delivery: only what arrives while it is on may wake a turn.
+            following = self.following()
             self.t.inbox.insert(
                 receipt_id=receipt_id,
                 received_at=plan.received_ms,
                 headline=d.headline,
                 event=event,
                 size_bytes=len(event.encode("utf-8")),
+                wakes=following,
             ).execute()
+            if following:
+                wake_ids.append(INBOX_CONVERSATION_ID)
         self.outbox.prepare(
             [replace(spec, conversation_id=spec.conversation_id or conversation_id) for spec in effects],
             plan.received_ms,
         )
-        woke = to_fifo or changed
-        return AdmissionResult(outcome, reason, conversation_id if woke else None, effects=len(effects))
+        return AdmissionResult(outcome, reason, conversation_id, effects=len(effects),
+                               wake_ids=tuple(wake_ids))
 
     def _conversation(self, plan: AdmissionPlan, *, create: bool) -> str | None:
         convs, subject, now = self.t.conversations, plan.subject, plan.received_ms

@@ -124,6 +124,8 @@ class InboxMessage(_Table):
     size_bytes = IntegerField()
     shown = BooleanField(default=False)
     surfaced = BooleanField(default=False)
+    wakes = BooleanField(default=False)
+    surfaced_by = TextField(null=True)
 
     class Meta:
         table_name = "inbox_messages"

@@ -450,7 +450,7 @@ def test_the_room_lane_reads_and_acks_and_the_worker_lane_may_not(frozen: Any, c
     tokens = TokenRegistry(OPERATOR_TOKEN)
     room = tokens.issue_turn_token(Lane.ROOM, INBOX_CONVERSATION_ID, "turn-room")
     worker = tokens.issue_turn_token(Lane.WORKER, "cv_x", "turn-worker")
-    app = create_operator_app(config, store, Inbox(store, False), tokens, clock, Metrics())
+    app = create_operator_app(config, store, Inbox(store), tokens, clock, Metrics())
     comments(ingress, 2)
     as_room = testing.TestClient(app, headers={"Authorization": f"Bearer {room}"})
     as_worker = testing.TestClient(app, headers={"Authorization": f"Bearer {worker}"})
