@@ -318,6 +318,19 @@ def inbox_ack(ctx: Context, cursor: int, as_json: bool) -> None:
     emit(data, as_json, lambda d: f"ack cursor: {d['ackCursor']}, {d['unreadCount']} unread")
 
 
+@cli.command()
+@click.argument("state", required=False, type=click.Choice(["on", "off"]))
+@json_option
+@pass_ctx
+def follow(ctx: Context, state: str | None, as_json: bool) -> None:
+    """Show the follow switch, or turn it on or off (persisted; wins over the config)."""
+    if state is None:
+        data = ctx.call("GET", "/v1/following")
+    else:
+        data = ctx.call("PUT", "/v1/following", json={"following": state == "on"})
+    emit(data, as_json, lambda d: f"following: {'on' if d['following'] else 'off'}")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="wakeline")

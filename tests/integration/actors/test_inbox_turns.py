@@ -104,3 +104,20 @@ def test_issue_turns_get_a_worker_token(harness: Callable[..., Any]) -> None:
     codes = json.loads(wait_until(lambda: h.only_conversation()["turns"])[0]["output"])
     assert codes["GET /v1/status"] == 403 and codes["PUT /v1/following"] == 403
     assert codes["GET /v1/inbox?view=headlines"] == 403  # the inbox is the reading room's
+
+
+def test_cli_follow_shows_and_sets_the_switch(harness: Callable[..., Any]) -> None:
+    from click.testing import CliRunner
+
+    from tests.conftest import OPERATOR_TOKEN
+    from wakeline.cli import cli
+
+    h = harness("ok")
+    env = {"WAKELINE_API_URL": h.service.operator.url, "WAKELINE_TOKEN": OPERATOR_TOKEN}
+    runner = CliRunner()
+    assert runner.invoke(cli, ["follow"], env=env).output.strip() == "following: off"
+    assert runner.invoke(cli, ["follow", "on"], env=env).output.strip() == "following: on"
+    assert h.api("GET", "/v1/following").json() == {"following": True}
+    shown = runner.invoke(cli, ["follow", "off", "--json"], env=env)
+    assert shown.exit_code == 0 and '"following": false' in shown.output
+    assert runner.invoke(cli, ["follow", "maybe"], env=env).exit_code == 2
