@@ -112,7 +112,7 @@ class AdmissionWriter:
         except Exception:  # a bug must not leave requests hanging or kill the writer
             log.exception("admission writer failed")
             results = [Unavailable() for _ in batch]
-        for ticket, result in zip(batch, results):
+        for ticket, result in zip(batch, results, strict=True):
             ticket.result = result
             ticket.done.set()
         done = [r for r in results if isinstance(r, AdmissionResult)]

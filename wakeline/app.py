@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import pykka
 
-from wakeline.actors.conversation import TurnEnv, default_base_env
+from wakeline.actors.conversation import TurnEnv
 from wakeline.actors.supervisor import Supervisor
 from wakeline.actors.tracker import Tracker
 from wakeline.admission import AdmissionWriter
@@ -119,7 +119,7 @@ def build_service(
         tokens=tokens,
         secret_values=secrets.values(),
         api_url=lambda: operator_url[0],
-        base_env=default_base_env() if base_env is None else dict(base_env),
+        base_env=dict(os.environ if base_env is None else base_env),
     )
     client = None
     if secrets.linear_api_key is not None:

@@ -37,11 +37,6 @@ class AdmissionPlan:
     effects: tuple[EffectSpec, ...] = ()
     stop_session: str | None = None
 
-    @property
-    def to_inbox(self) -> bool:
-        """Every accepted data-change event is kept in the Linear inbox."""
-        return self.outcome is Outcome.ACCEPTED and self.delivery.inbox_event is not None
-
 
 def plan_admission(delivery: ParsedDelivery, config: Config, received_ms: int) -> AdmissionPlan:
     """Route one verified delivery."""

@@ -10,7 +10,6 @@ supervisor's turn slots from the moment it is started until it reports
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
@@ -361,8 +360,3 @@ def agent_environment(base: Mapping[str, str], secret_values: Sequence[str],
     env = {k: v for k, v in base.items() if not k.startswith("WAKELINE_") and v not in held}
     env.update({k: v for k, v in extra.items() if v})
     return env
-
-
-def default_base_env() -> dict[str, str]:
-    """The service's environment, read once at the composition root."""
-    return dict(os.environ)

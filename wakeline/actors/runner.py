@@ -87,11 +87,6 @@ class TurnProcess:
         """Spawn the child on the runner thread."""
         self._thread.start()
 
-    @property
-    def pid(self) -> int | None:
-        """The child's pid (its process group id too), once started."""
-        return self._proc.pid if self._proc else None
-
     def signal(self, signum: int) -> None:
         """Send a signal to the child's whole process group; a gone group is fine."""
         self._started.wait(5)
@@ -109,10 +104,6 @@ class TurnProcess:
     def kill(self) -> None:
         """SIGKILL to the group."""
         self.signal(signal.SIGKILL)
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for the runner thread."""
-        self._thread.join(timeout)
 
     def _run(self) -> None:
         try:

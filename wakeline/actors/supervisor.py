@@ -23,7 +23,6 @@ from wakeline.providers.linear import replies
 
 log = logging.getLogger(__name__)
 
-OPERATIONS = ("stop", "reset", "retry", "abandon")
 # Every this many ticks the supervisor rescans the store for work nobody woke
 # (a wake lost to a busy database, a claim that failed): nothing waits forever.
 SWEEP_EVERY_TICKS = 20
@@ -137,10 +136,6 @@ class Supervisor(pykka.ThreadingActor):
             self.wake([conversation_id])
             return {"abandoned": True}
         raise NotFound(f"no operation {operation}")
-
-    def snapshot(self) -> dict[str, int]:
-        """Live actors and waiting conversations, for status."""
-        return {"live": len(self._live), "waiting": len(self._ready)}
 
     # --- internals ---------------------------------------------------------------------------
 
