@@ -99,6 +99,9 @@ class Tracker(pykka.ThreadingActor):
             if self._client is None:
                 self._store.outbox.settle(effect.id, EffectState.REJECTED, now,
                                           error=RequiresConnectedLinear.code)
+                # Waiters (a turn about to start) re-check now, not at their 0.1 s poll.
+                self._publish(SettledWrite(effect.id, effect.kind, effect.target,
+                                           EffectState.REJECTED, ()))
                 continue
             if not self._store.outbox.mark_dispatched(effect.id, now):
                 continue
@@ -115,7 +118,9 @@ class Tracker(pykka.ThreadingActor):
             self._store.outbox.unmark(effect.id)
             return
         self._store.outbox.settle(effect.id, state, now, error=error, result_ids=list(result_ids))
-        write = SettledWrite(effect.id, effect.kind, effect.target, state, result_ids)
+        self._publish(SettledWrite(effect.id, effect.kind, effect.target, state, result_ids))
+
+    def _publish(self, write: SettledWrite) -> None:
         for listener in self._listeners:
             try:
                 listener(write)
