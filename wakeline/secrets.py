@@ -66,7 +66,7 @@ def new_token(nbytes: int = 32) -> str:
     return _random.token_urlsafe(nbytes)
 
 
-def create_secret_file(path: Path, value: str, *, newline: bool = True) -> bool:
+def create_secret_file(path: Path, value: str, *, newline: bool = True, durable: bool = True) -> bool:
     """Write `value` (plus a newline, unless told not to) to `path` with mode 0600 unless the
     file exists.
 
@@ -85,7 +85,8 @@ def create_secret_file(path: Path, value: str, *, newline: bool = True) -> bool:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(value + ("\n" if newline else ""))
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:  # a prompt file lives milliseconds: no need to reach the disk
+                os.fsync(fh.fileno())
         try:
             os.link(tmp, path)
         except FileExistsError:

@@ -40,6 +40,7 @@ class FakeLinear:
     script: list[str] = field(default_factory=list)  # next behaviours: "500", "drop", "ratelimited", "error"
     requests: list[Recorded] = field(default_factory=list)
     handler: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    delays: dict[str, float] = field(default_factory=dict)  # extra seconds when the body holds the key
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -58,8 +59,10 @@ class FakeLinear:
                 with fake._lock:
                     behaviour = fake.script.pop(0) if fake.script else "ok"
                     fake.requests.append(Recorded(time.time(), dict(self.headers), body))
-                if fake.latency:
-                    time.sleep(fake.latency)
+                raw = json.dumps(body)
+                delay = fake.latency + sum(s for key, s in fake.delays.items() if key in raw)
+                if delay:
+                    time.sleep(delay)
                 if behaviour == "drop":
                     self.close_connection = True
                     self.connection.shutdown(2)

@@ -312,7 +312,8 @@ class ConversationActor(pykka.ThreadingActor):
         workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         prompt_file = env.prompts / f"{turn.turn_id}.{turn.attempt}.prompt"
         prompt_file.unlink(missing_ok=True)
-        create_secret_file(prompt_file, prompt_for(turn, env.secret_values), newline=False)
+        create_secret_file(prompt_file, prompt_for(turn, env.secret_values), newline=False,
+                           durable=False)
         spec = TurnSpec(
             turn_id=turn.turn_id,
             argv=tuple(agent_argv(env.config, turn.route)),

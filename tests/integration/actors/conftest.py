@@ -83,7 +83,19 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         service.turn_env.kill_grace_seconds = 0.5
         service.start()
         started.append(service)
-        return Harness(service, log, fake)
+        harness = Harness(service, log, fake)
+
+        def restart() -> None:
+            """Stop this service and start another on the same state, as after a crash."""
+            harness.service.stop()
+            again = build_service(config, keys, base_env=env, tick_seconds=0.05)
+            again.turn_env.kill_grace_seconds = 0.5
+            again.start()
+            started.append(again)
+            harness.service = again
+
+        harness.restart = restart  # type: ignore[attr-defined]
+        return harness
 
     fakes: list[FakeLinear] = []
     yield start

@@ -168,3 +168,25 @@ def test_without_a_credential_turns_run_and_writes_are_refused(harness: Callable
     wait_until(lambda: len(effects(h, "rejected")) == 2)
     assert {e["error"] for e in effects(h)} == {"requires_connected_linear"}
     assert h.linear.requests == []
+
+
+def test_one_slow_call_does_not_hold_up_another(harness: Callable[..., Any]) -> None:
+    fake = FakeLinear(delays={'"agentSessionId": "slow"': 3.0})
+    h = harness("sleep", "3600", linear=fake)
+    h.deliver(session_event(session_id="slow", issue_id="i-slow", identifier="ENG-1"))
+    wait_until(lambda: fake.activities())  # the slow call is on the wire
+    sent = time.monotonic()
+    h.deliver(session_event(session_id="fast", issue_id="i-fast", identifier="ENG-2"))
+    wait_until(lambda: [e for e in effects(h, "confirmed") if e["target"] == "fast"], timeout=10)
+    assert time.monotonic() - sent < 2.5
+    assert not [e for e in effects(h, "confirmed") if e["target"] == "slow"]
+
+
+def test_a_turn_rerun_after_a_restart_says_so(harness: Callable[..., Any]) -> None:
+    h = harness("sleep", "3600")
+    h.deliver(session_event(session_id="s-1"))
+    wait_until(lambda: h.runs())
+    h.restart()  # the turn record survives: it runs again
+    wait_until(lambda: len(h.runs()) == 2, timeout=15)
+    rerun = [r.input["content"]["body"] for r in h.linear.activities()]
+    assert rerun[0].startswith("Picked up") and "restarted" in rerun[-1]

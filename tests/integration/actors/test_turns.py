@@ -176,3 +176,42 @@ def test_cli_lists_shows_and_stops_conversations(harness: Callable[..., Any]) ->
     assert again.exit_code == 1 and "conflict" in again.output
     missing = runner.invoke(cli, ["conversations", "show", "cv_nope"], env=env)
     assert missing.exit_code == 1 and "not_found" in missing.output
+
+
+def test_agent_crash_is_a_failed_attempt_that_retries(harness: Callable[..., Any]) -> None:
+    h = harness("kill-self")
+    h.service.turn_env.backoff_seconds = (0,)
+    h.deliver(session_event())
+    cid = wait_until(lambda: [c for c in h.api("GET", "/v1/conversations").json()["conversations"]
+                              if c["state"] == "stalled"], timeout=20)[0]["id"]
+    conv = h.conversation(cid)
+    assert conv["turn"]["lastError"] == "killed by SIGKILL"
+    assert len(h.runs()) == 2  # the first attempt and one retry, then stalled
+    assert conv["claimed"] == 1 and conv["pending"] == 0  # nothing dropped
+
+
+def test_a_busy_store_delays_finalisation_but_loses_nothing(harness: Callable[..., Any]) -> None:
+    import sqlite3
+    import threading
+
+    h = harness("sleep", "0.3")
+    h.deliver(session_event())
+    wait_until(lambda: h.runs())
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        db = sqlite3.connect(h.service.config.database_path, timeout=5)
+        db.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        release.wait(10)
+        db.rollback()
+        db.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    assert locked.wait(5)
+    threading.Timer(1.5, release.set).start()  # longer than the turn, shorter than the busy timeout
+    conv = wait_until(lambda: (c := h.only_conversation())["turns"] and c, timeout=20)
+    holder.join(10)
+    assert conv["turns"][0]["result"] == "response" and len(h.runs()) == 1
+    assert conv["fifo"][0]["completion"] == "response"
