@@ -121,7 +121,8 @@ def build_service(
         api_url=lambda: operator_url[0],
         base_env=dict(os.environ if base_env is None else base_env),
     )
-    client = None
+    client: LinearClient | None = None
+    budget: RequestBudget | None = None
     if secrets.linear_api_key is not None:
         budget = RequestBudget(config.linear.request_budget_per_hour, clock)
         client = LinearClient(config.linear.api_url, secrets.linear_api_key.get_secret_value(), budget,
@@ -161,6 +162,7 @@ def build_service(
         create_operator_app(
             config, store, inbox, tokens, clock, metrics, supervisor,
             live_actors=lambda: len(pykka.ActorRegistry.get_all()),
+            tracker=tracker, settled=turn_env.settled, secrets=secrets, budget=budget,
         ),
         host=server.operator_host,
         port=server.operator_port,

@@ -137,6 +137,163 @@ def status(ctx: Context, as_json: bool) -> None:
     emit(ctx.call("GET", "/v1/status"), as_json, _status_text)
 
 
+# --- doctor, effects and Linear ------------------------------------------------------------------
+
+LINEAR_TIMEOUT_SECONDS = 60.0  # the service waits up to ~40 s for Linear; answer before giving up
+
+
+def _call_with_extras(ctx: Context, method: str, path: str, **kwargs: Any) -> Any:
+    """Like `Context.call`, but a refusal also prints what the body adds (targets, effect id)."""
+    try:
+        return OperatorClient.from_config(ctx.config()).request(method, path, **kwargs)
+    except Unreachable as exc:
+        fail(str(exc), EXIT_UNREACHABLE)
+    except NoToken as exc:
+        fail(f"{exc} (run `wakeline init` or `wakeline serve` first)", EXIT_UNREACHABLE)
+    except ApiError as exc:
+        extras = {k: v for k, v in exc.body.items() if k not in ("error", "detail")}
+        fail(str(exc) + (f" {json.dumps(extras, ensure_ascii=False)}" if extras else ""), EXIT_FAILED)
+
+
+def _doctor_text(data: dict[str, Any]) -> str:
+    lines = [f"{'✓' if c['ok'] else '✗'} {c['name']}: {c['detail']}" for c in data["checks"]]
+    lines.append("all checks passed" if data["ok"] else "some checks failed")
+    return "\n".join(lines)
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def doctor(ctx: Context, as_json: bool) -> None:
+    """Check config, store, secrets and the Linear credential, without calling Linear.
+
+    Exits 1 when a check fails.
+    """
+    data = ctx.call("GET", "/v1/doctor")
+    emit(data, as_json, _doctor_text)
+    if not data.get("ok"):
+        sys.exit(EXIT_FAILED)
+
+
+def _effect_line(e: dict[str, Any]) -> str:
+    error = f"  ({e['error']})" if e.get("error") else ""
+    return f"{e['id']}  {e['state']:<15} {e['createdAt']}  {e['summary']}{error}"
+
+
+def _effects_text(data: dict[str, Any]) -> str:
+    return "\n".join(_effect_line(e) for e in data["effects"]) or "no effects"
+
+
+@cli.group(invoke_without_command=True)
+@json_option
+@click.pass_context
+def effects(click_ctx: click.Context, as_json: bool) -> None:
+    """List writes to Linear (outbound effects), or release one whose outcome is unknown."""
+    if click_ctx.invoked_subcommand is None:
+        emit(click_ctx.obj.call("GET", "/v1/webhook-effects"), as_json, _effects_text)
+
+
+@effects.command("list")
+@click.option("--state", type=click.Choice(["prepared", "dispatched", "confirmed", "rejected",
+                                            "outcome_unknown", "released"]))
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@json_option
+@pass_ctx
+def effects_list(ctx: Context, state: str | None, limit: int, as_json: bool) -> None:
+    """List effects, newest first."""
+    data = ctx.call("GET", "/v1/webhook-effects", params={"state": state, "limit": limit})
+    emit(data, as_json, _effects_text)
+
+
+@effects.command("reconcile-absent")
+@click.argument("effect_id")
+@click.option("--verified-absent", is_flag=True,
+              help="Required: you checked in Linear that the write is not there.")
+@json_option
+@pass_ctx
+def effects_reconcile_absent(ctx: Context, effect_id: str, verified_absent: bool, as_json: bool) -> None:
+    """Release an outcome_unknown effect you verified is absent in Linear (it is never re-sent)."""
+    if not verified_absent:
+        raise click.UsageError("check in Linear that the write is absent, then pass --verified-absent")
+    data = ctx.call("POST", f"/v1/webhook-effects/{effect_id}/reconcile-absent",
+                    json={"verified_absent": True})
+    emit(data, as_json, lambda d: f"{d['id']}: {d['state']}")
+
+
+def _text_argument(value: str, what: str) -> str:
+    """`-` reads stdin, `@FILE` reads a file, anything else is the text itself."""
+    if value == "-":
+        return sys.stdin.read()
+    if value.startswith("@"):
+        try:
+            return Path(value[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.UsageError(
+                f"cannot read the {what} from {value[1:]}: {exc.__class__.__name__}") from None
+    return value
+
+
+@cli.group()
+def linear() -> None:
+    """Talk to Linear through the running service (inside a turn: $WAKELINE_API_URL, $WAKELINE_TOKEN)."""
+
+
+@linear.command("graphql")
+@click.argument("query")
+@click.option("--variables", metavar="JSON", help="Variables as a JSON object (or @FILE).")
+@click.option("--operation-name", metavar="NAME", help="The operation to run when QUERY holds several.")
+@click.option("--confirm", multiple=True, metavar="ID",
+              help="An id a destructive mutation targets; repeat to list every target exactly.")
+@pass_ctx
+def linear_graphql(ctx: Context, query: str, variables: str | None, operation_name: str | None,
+                   confirm: tuple[str, ...]) -> None:
+    """Run one GraphQL operation against Linear; prints Linear's JSON.
+
+    QUERY is the document, `-` to read it from stdin, or `@FILE`. Mutations need the
+    operator or a worker lane; a destructive one (…Delete, …Archive, …Revoke, …) needs
+    --confirm for each id it targets, and nothing else.
+    """
+    payload: dict[str, Any] = {"query": _text_argument(query, "query")}
+    if variables is not None:
+        try:
+            parsed = json.loads(_text_argument(variables, "variables"))
+        except ValueError:
+            raise click.UsageError("--variables must be JSON") from None
+        if not isinstance(parsed, dict):
+            raise click.UsageError("--variables must be a JSON object")
+        payload["variables"] = parsed
+    if operation_name:
+        payload["operationName"] = operation_name
+    if confirm:
+        payload["confirm"] = list(confirm)
+    data = _call_with_extras(ctx, "POST", "/v1/linear/graphql", json=payload,
+                             timeout=LINEAR_TIMEOUT_SECONDS)
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@linear.command("comment")
+@click.argument("issue_id")
+@click.argument("body")
+@json_option
+@pass_ctx
+def linear_comment(ctx: Context, issue_id: str, body: str, as_json: bool) -> None:
+    """Comment on an issue (BODY may be `-` for stdin or `@FILE`); waits until Linear confirms."""
+    data = _call_with_extras(ctx, "POST", "/v1/linear/comment",
+                             json={"issueId": issue_id, "body": _text_argument(body, "body")},
+                             timeout=LINEAR_TIMEOUT_SECONDS)
+    emit(data, as_json, lambda d: f"comment {d['id']} on {d['issueId']}: {d['state']}")
+
+
+@linear.command("connect")
+@json_option
+@pass_ctx
+def linear_connect(ctx: Context, as_json: bool) -> None:
+    """Check the Linear credential once (`viewer`) and record the account it belongs to."""
+    data = _call_with_extras(ctx, "POST", "/v1/linear/connect", timeout=LINEAR_TIMEOUT_SECONDS)
+    emit(data, as_json, lambda d: f"connected to Linear as {d['name'] or '-'} ({d['id']}) "
+                                  f"with a {d['kind'].replace('_', ' ')}")
+
+
 def _replay_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     lines = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

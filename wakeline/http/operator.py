@@ -1,9 +1,9 @@
-"""The operator API (loopback): status, following, inbox reads, metrics."""
+"""The operator API (loopback): status, following, inbox reads, metrics; Linear, effects, doctor."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import falcon
 
@@ -11,7 +11,7 @@ from wakeline import __version__
 from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.errors import BadRequest
-from wakeline.http import conversations, errors
+from wakeline.http import conversations, doctor, effects, errors, linear
 from wakeline.http.auth import BearerAuth, lanes
 from wakeline.http.params import int_param, json_body
 from wakeline.http.health import Health
@@ -19,6 +19,10 @@ from wakeline.inbox import DEFAULT_LIMIT, MAX_LIMIT, Inbox
 from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.tokens import Lane, TokenRegistry
+
+if TYPE_CHECKING:
+    from wakeline.providers.linear.client import RequestBudget
+    from wakeline.secrets import Secrets
 
 
 class Status:
@@ -135,8 +139,12 @@ def create_operator_app(
     supervisor: Any = None,
     *,
     live_actors: Callable[[], int] = lambda: 0,
+    tracker: Any = None,
+    settled: Any = None,
+    secrets: Secrets | None = None,
+    budget: RequestBudget | None = None,
 ) -> falcon.App:
-    """The operator WSGI app."""
+    """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
     errors.install(app)
     app.add_route("/healthz", Health())
@@ -146,5 +154,8 @@ def create_operator_app(
     app.add_route("/v1/inbox", InboxPage(inbox))
     app.add_route("/v1/inbox/ack", InboxAck(inbox))
     conversations.add_routes(app, store, supervisor)
+    linear.add_routes(app, store, clock, tracker, settled, secrets)
+    effects.add_routes(app, store, clock)
+    doctor.add_routes(app, config, store, secrets, budget)
     return app
 

@@ -161,11 +161,18 @@ class Outbox:
         q = e.select()
         if state:
             q = q.where(e.state == state)
-        return [
-            {"id": r.id, "kind": r.kind, "conversationId": r.conversation_id, "target": r.target,
-             "summary": r.summary, "state": r.state, "mutationHash": r.mutation_hash,
-             "createdAt": iso(r.created_at), "dispatchedAt": iso(r.dispatched_at) if r.dispatched_at else None,
-             "settledAt": iso(r.settled_at) if r.settled_at else None, "error": r.error,
-             "resultIds": json.loads(r.result_ids) if r.result_ids else []}
-            for r in q.order_by(e.created_at.desc(), e.id).limit(limit)
-        ]
+        return [_view(r) for r in q.order_by(e.created_at.desc(), e.id).limit(limit)]
+
+    def get(self, effect_id: str) -> dict[str, Any] | None:
+        """One effect as `listing` shows it, or None."""
+        e = self._t.effects
+        row = e.select().where(e.id == effect_id).first()
+        return _view(row) if row is not None else None
+
+
+def _view(r: Any) -> dict[str, Any]:
+    return {"id": r.id, "kind": r.kind, "conversationId": r.conversation_id, "target": r.target,
+            "summary": r.summary, "state": r.state, "mutationHash": r.mutation_hash,
+            "createdAt": iso(r.created_at), "dispatchedAt": iso(r.dispatched_at) if r.dispatched_at else None,
+            "settledAt": iso(r.settled_at) if r.settled_at else None, "error": r.error,
+            "resultIds": json.loads(r.result_ids) if r.result_ids else []}

@@ -1,0 +1,124 @@
+"""Operator API: `GET /v1/doctor`, checks that never call Linear and never show a secret."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import falcon
+from pydantic import SecretStr
+
+from wakeline.config import Config
+from wakeline.http.auth import lanes
+from wakeline.http.linear import ACCOUNT_SETTING, credential_fingerprint
+from wakeline.models.health import check_store
+from wakeline.models.store import Store
+from wakeline.providers.linear.client import credential_kind
+from wakeline.secrets import read_secret_file
+from wakeline.tokens import Lane
+
+if TYPE_CHECKING:
+    from wakeline.providers.linear.client import RequestBudget
+    from wakeline.secrets import Secrets
+
+
+def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
+    return {"name": name, "ok": ok, "detail": detail}
+
+
+def _secret(name: str, value: SecretStr | None, path: Path, *, required: bool, missing: str) -> dict[str, Any]:
+    """Where a secret came from and, for a file, whether only its owner can read it."""
+    if value is None:
+        return _check(name, not required, missing)
+    try:
+        on_disk = read_secret_file(path)
+    except OSError:
+        on_disk = None
+    if on_disk is None or on_disk.get_secret_value() != value.get_secret_value():
+        return _check(name, True, "env")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return _check(name, False, f"{path}: mode {mode:04o}, should be 0600 (chmod 600 {path})")
+    return _check(name, True, f"{path} (mode {mode:04o})")
+
+
+class Doctor:
+    """`GET /v1/doctor`: `{"ok", "checks": [{"name", "ok", "detail"}], "linear": {...}}`."""
+
+    def __init__(self, config: Config, store: Store, secrets: Secrets | None,
+                 budget: RequestBudget | None) -> None:
+        self._config = config
+        self._store = store
+        self._secrets = secrets
+        self._budget = budget
+
+    @falcon.before(lanes(Lane.OPERATOR))
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Run every check; `ok` is true when all pass."""
+        config = self._config
+        checks = [_check("config", True, f"loaded; paths are relative to {config.base_dir}")]
+        state = config.state_path
+        if state.is_dir():
+            mode = stat.S_IMODE(state.stat().st_mode)
+            checks.append(_check("state_dir", not mode & 0o077, f"{state} (mode {mode:04o})"
+                                 + (", should be 0700" if mode & 0o077 else "")))
+        else:
+            checks.append(_check("state_dir", False, f"{state} does not exist"))
+        health = check_store(self._store)
+        checks.append(_check("store", health.ok,
+                             f"{config.database_path}: schema {health.schema_version} "
+                             f"(expected {health.expected_version}), quick check {health.quick_check}"))
+        checks += self._secret_checks()
+        linear, linear_checks = self._linear()
+        checks += linear_checks
+        resp.media = {"ok": all(c["ok"] for c in checks), "checks": checks, "linear": linear}
+
+    def _secret_checks(self) -> list[dict[str, Any]]:
+        s, cfg = self._secrets, self._config
+        return [
+            _secret("webhook_secret", s.webhook_secret if s else None, cfg.path(cfg.linear.webhook_secret_file),
+                    required=True, missing="missing: every delivery is refused (run `wakeline init`)"),
+            _secret("linear_api_key", s.linear_api_key if s else None, cfg.path(cfg.linear.api_key_file),
+                    required=False, missing="not set: the local backend (no writes to Linear)"),
+            _secret("operator_token", s.operator_token if s else None, cfg.operator_token_path,
+                    required=True, missing="missing"),
+        ]
+
+    def _linear(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        key = self._secrets.linear_api_key if self._secrets else None
+        credential = key.get_secret_value() if key is not None else None
+        kind = credential_kind(credential)
+        account = self._store.get_setting(ACCOUNT_SETTING)
+        shown = {k: account.get(k) for k in ("id", "name", "kind", "connectedAt")} if account else None
+        checks = [_check("linear_credential", True, kind if credential else "none (local backend)")]
+        if credential is None:
+            checks.append(_check("linear_account", True, "no credential"))
+        elif not account:
+            checks.append(_check("linear_account", False,
+                                 "not verified yet: run `wakeline linear connect`"))
+        elif account.get("credentialFingerprint") != credential_fingerprint(credential):
+            checks.append(_check("linear_account", False,
+                                 f"recorded {account.get('name')} ({account.get('id')}) for another "
+                                 "credential: run `wakeline linear connect` again"))
+        else:
+            checks.append(_check("linear_account", True, f"{account.get('name')} ({account.get('id')})"))
+        usable = credential is not None
+        checks.append(_check(
+            "linear_graphql", True,
+            f"usable as {kind}" if usable
+            else "not usable: no Linear credential (set the API key file or $WAKELINE_LINEAR_API_KEY, then restart)",
+        ))
+        per_hour = self._config.linear.request_budget_per_hour
+        used = self._budget.used() if self._budget is not None else 0
+        checks.append(_check("linear_budget", used < per_hour,
+                             f"{used} of {per_hour} requests used in the last hour"))
+        summary = {"credentialKind": kind, "account": shown, "graphqlUsable": usable,
+                   "budget": {"usedThisHour": used, "perHour": per_hour}}
+        return summary, checks
+
+
+def add_routes(app: falcon.App, config: Config, store: Store, secrets: Secrets | None,
+               budget: RequestBudget | None) -> None:
+    """Mount the doctor."""
+    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget))
