@@ -89,7 +89,8 @@ class Inbox:
             used += size
         if backwards:
             events.reverse()
-        unshown = [row.cursor for row in rows[: len(events)] if not row.shown]
+        # Only unread events need a mark: an ack at or below the boundary changes nothing.
+        unshown = [row.cursor for row in rows[: len(events)] if row.cursor > ack and not row.shown]
         try:
             self._store.inbox.mark_shown(unshown)
         except DatabaseError as exc:

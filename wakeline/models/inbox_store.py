@@ -5,6 +5,11 @@ The read boundary (`ack_cursor`) is one persisted integer: every message at or b
 it has been acknowledged, every message above it is unread. Reads never move it; only
 `ack` does, and only to a message some read has already shown.
 
+The `shown` marks live in their own narrow table, `inbox_shown` (one cursor a row):
+marking a page writes a few small rows instead of rewriting the pages that hold the
+messages' event JSON. Only unread messages need a mark (an ack at or below the
+boundary changes nothing), and marks at or below the boundary are pruned.
+
 Retention bounds the read history only. A message above the boundary is never deleted;
 at or below it, the newest `READ_KEEP_COUNT` messages younger than `READ_KEEP_DAYS` are
 kept (docs/decisions/0005-inbox-retention.md).
@@ -132,11 +137,17 @@ class InboxStore:
         m = self._t.inbox
         event = m.event if events_over is None \
             else Case(None, [(m.size_bytes > events_over, m.event)])
-        query = (
-            m.select(m.id, m.received_at, m.headline, event, m.shown)
+        rows = list(
+            m.select(m.id, m.received_at, m.headline, event)
             .where(where).order_by(order).limit(limit).tuples()
         )
-        return [InboxRow(c, r, h, e, bool(s)) for c, r, h, e, s in query]
+        if not rows:
+            return []
+        cursors = [row[0] for row in rows]
+        marked = {c for (c,) in self._db.execute_sql(
+            "SELECT id FROM inbox_shown WHERE id BETWEEN ? AND ?", (min(cursors), max(cursors))
+        )}
+        return [InboxRow(c, r, h, e, c in marked) for c, r, h, e in rows]
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -144,10 +155,16 @@ class InboxStore:
         """Record that a read showed these messages (an ack may name only those)."""
         if not cursors:
             return
-        m = self._t.inbox
+        values = ", ".join("(?)" for _ in cursors)
         with self._db.atomic():
-            m.update(shown=True) \
-                .where(m.id.in_(cursors) & (m.shown == False)).execute()  # noqa: E712
+            self._db.execute_sql(f"INSERT OR IGNORE INTO inbox_shown (id) VALUES {values}",
+                                 tuple(cursors))
+
+    def _is_shown(self, cursor: int) -> bool:
+        return self._db.execute_sql(
+            """SELECT 1 FROM inbox_shown s JOIN inbox_messages m ON m.id = s.id
+               WHERE s.id = ?""", (cursor,)
+        ).fetchone() is not None
 
     def ack(self, cursor: int) -> AckResult:
         """Move the boundary to `cursor`, in one transaction with its checks.
@@ -156,13 +173,12 @@ class InboxStore:
         an ack can never reach past the message it names. Raises NotShown when the
         cursor is above the boundary but names no message a read has shown.
         """
-        m, s = self._t.inbox, self._t.settings
+        s = self._t.settings
         with self._db.atomic():
             ack = self.ack_cursor()
             if cursor <= ack:
                 return AckResult(ack, self.unread_count(ack), moved=False)
-            shown = m.select(m.shown).where(m.id == cursor).scalar()
-            if not shown:
+            if not self._is_shown(cursor):
                 raise NotShown(f"cursor {cursor} is not a message a read has shown", cursor=cursor)
             s.insert(key=ACK_CURSOR_KEY, value=json.dumps(cursor)).on_conflict_replace().execute()
             return AckResult(cursor, self.unread_count(cursor), moved=True)
@@ -171,10 +187,16 @@ class InboxStore:
         """Delete up to `batch` of the oldest read messages beyond the retention bounds.
 
         Only messages at or below the boundary are candidates; the boundary is read in
-        the same transaction as the delete. Returns how many were deleted.
+        the same transaction as the delete. Up to `batch` `shown` marks at or below the
+        boundary go too (they can no longer matter). Returns how many messages were deleted.
         """
         with self._db.atomic():
             ack = self.ack_cursor()
+            self._db.execute_sql(
+                """DELETE FROM inbox_shown WHERE id IN (
+                       SELECT id FROM inbox_shown WHERE id <= ? ORDER BY id LIMIT ?)""",
+                (ack, batch),
+            )
             oldest = self.oldest_cursor()
             if oldest is None or oldest > ack:
                 return 0

@@ -158,4 +158,16 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Inbox `shown` marks move to a narrow table (wakeline/models/inbox_store.py): marking a
+    # page shown writes a few small rows instead of rewriting the pages of the wide message
+    # rows. Only unread messages need marks; inbox_messages.shown is no longer written.
+    [
+        "CREATE TABLE inbox_shown (id INTEGER PRIMARY KEY)",
+        """INSERT INTO inbox_shown (id)
+           SELECT id FROM inbox_messages WHERE shown = 1 AND id > COALESCE(
+               (SELECT CAST(value AS INTEGER) FROM settings WHERE key = 'inbox.ack_cursor'), 0)""",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import threading
 import uuid
 from typing import Any
@@ -26,6 +27,7 @@ from wakeline.app import Service
 from wakeline.cli import cli
 from wakeline.clock import SystemClock
 from wakeline.config import Config
+from wakeline.errors import NotShown
 from wakeline.http.operator import create_operator_app
 from wakeline.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES, Inbox, bound_event
 from wakeline.metrics import Metrics
@@ -97,8 +99,8 @@ def size_of(item: dict[str, Any]) -> int:
 
 
 def shown(store: Store) -> set[int]:
-    m = store.t.inbox
-    return {r.id for r in m.select(m.id).where(m.shown == True)}  # noqa: E712
+    """The cursors carrying a `shown` mark."""
+    return {c for (c,) in store.db.execute_sql("SELECT id FROM inbox_shown")}
 
 
 # --- forward reads -------------------------------------------------------------------------------
@@ -307,6 +309,52 @@ def test_a_page_cut_by_the_budget_marks_only_what_it_returned(frozen: Any, opera
     assert left_off
     resp = ack(operator, left_off[0])
     assert resp.status_code == 409 and resp.json["error"] == "not_shown"
+
+
+def test_reading_acknowledged_history_needs_no_marks(frozen: Any, operator: Any, store: Store,
+                                                     config: Config) -> None:
+    """Events at or below the boundary are shown as read; they need no mark, since an
+    ack there changes nothing; the marks of acknowledged events go with the ack."""
+    cursors = admit(store, config, 6)
+    read(operator, limit=3)
+    assert shown(store) == set(cursors[:3])
+    assert ack(operator, cursors[2]).status_code == 200
+    assert shown(store) == set()  # pruned: at or below the boundary
+    page = read(operator, before=cursors[-1] + 1)
+    assert [e["unread"] for e in page["events"]] == [False] * 3 + [True] * 3
+    assert shown(store) == set(cursors[3:])
+    assert ack(operator, cursors[1]).json == {"ackCursor": cursors[2], "unreadCount": 3}
+
+
+def test_legacy_shown_flags_above_the_boundary_carry_over(tmp_path: Any,
+                                                          clock: SystemClock) -> None:
+    """The migration that moves marks to inbox_shown keeps the unread ones of the old column."""
+    from wakeline.models.db import open_database
+    from wakeline.models.schema import MIGRATIONS
+
+    target = next(i for i, m in enumerate(MIGRATIONS) if any("inbox_shown" in s for s in m))
+    path = tmp_path / "legacy.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statements in MIGRATIONS[:target]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {target}")
+    conn.execute("INSERT INTO receipts (id, delivery_id, body_sha256, event_type, action, "
+                 "received_at, webhook_at, outcome) "
+                 "VALUES (1, 'd', 'h', 'Comment', 'create', 0, 0, 'accepted')")
+    for cursor, flag in ((1, 1), (2, 1), (3, 1), (4, 0)):
+        conn.execute("INSERT INTO inbox_messages (id, receipt_id, received_at, headline, event, "
+                     "size_bytes, shown) VALUES (?, 1, 0, 'h', '{}', 2, ?)", (cursor, flag))
+    conn.execute("INSERT INTO settings (key, value) VALUES ('inbox.ack_cursor', '1')")
+    conn.close()
+    store = Store(open_database(path), clock)
+    try:
+        assert shown(store) == {2, 3}
+        assert store.inbox.ack(3).ack_cursor == 3
+        with pytest.raises(NotShown):
+            store.inbox.ack(4)
+    finally:
+        store.close()
 
 
 # --- ack ---------------------------------------------------------------------------------------
