@@ -108,7 +108,13 @@ def build_service(
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
     store = Store.open(config.database_path, clock, config.inbox.following)
-    metrics = Metrics()
+
+    def depths() -> dict[str, int]:
+        counts = store.counts()
+        return {"fifo_pending": counts.fifo_pending, "fifo_claimed": counts.fifo_claimed,
+                "inbox_unread": counts.inbox_unread}
+
+    metrics = Metrics(depths)
     tokens = TokenRegistry(secrets.operator_token.get_secret_value())
     inbox = Inbox(store)
     operator_url: list[str] = []
@@ -121,6 +127,8 @@ def build_service(
         api_url=lambda: operator_url[0],
         base_env=dict(os.environ if base_env is None else base_env),
     )
+    turn_env.on_finished.append(lambda finished: metrics.turn(finished.result.value))
+    turn_env.on_failed.append(lambda turn, error: metrics.turn("failed"))
     client: LinearClient | None = None
     budget: RequestBudget | None = None
     if secrets.linear_api_key is not None:

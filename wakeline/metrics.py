@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -10,7 +12,8 @@ ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
 class Metrics:
     """Every metric wakeline exports; recording never raises into the caller."""
 
-    def __init__(self) -> None:
+    def __init__(self, depths: Callable[[], Mapping[str, int]] | None = None) -> None:
+        self._depths = depths
         self.registry = CollectorRegistry(auto_describe=True)
         self.deliveries = Counter(
             "wakeline_deliveries",
@@ -25,9 +28,15 @@ class Metrics:
             registry=self.registry,
         )
         self.queue_depth = Gauge(
-            "wakeline_fifo_deliveries",
-            "FIFO deliveries by state, as of the last scrape.",
-            ["state"],
+            "wakeline_queue_depth",
+            "Work waiting, as of the scrape: FIFO deliveries pending and claimed, inbox unread.",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.turns = Counter(
+            "wakeline_turns",
+            "Agent turns by result; `failed` counts attempts that will be retried or stall.",
+            ["result"],
             registry=self.registry,
         )
 
@@ -36,6 +45,13 @@ class Metrics:
         self.deliveries.labels(outcome=outcome).inc()
         self.ack_latency.observe(seconds)
 
+    def turn(self, result: str) -> None:
+        """Record one ended turn or failed attempt."""
+        self.turns.labels(result=result).inc()
+
     def render(self) -> bytes:
-        """The Prometheus text exposition."""
+        """The Prometheus text exposition (queue depths read now)."""
+        if self._depths is not None:
+            for queue, depth in self._depths().items():
+                self.queue_depth.labels(queue=queue).set(depth)
         return generate_latest(self.registry)

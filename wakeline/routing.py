@@ -6,7 +6,7 @@ the store commits in one transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from wakeline.config import Config, RouteConfig
@@ -36,16 +36,19 @@ class AdmissionPlan:
     tainted: bool = False
     effects: tuple[EffectSpec, ...] = ()
     stop_session: str | None = None
+    echo_window_ms: int = 90_000
 
 
 def plan_admission(delivery: ParsedDelivery, config: Config, received_ms: int) -> AdmissionPlan:
     """Route one verified delivery."""
     envelope = delivery.envelope
     if envelope is None or delivery.ignore_reason:
-        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, delivery.ignore_reason)
-    if isinstance(envelope, AgentSession):
-        return _plan_session(delivery, envelope, config, received_ms)
-    return _plan_change(delivery, envelope, config, received_ms)
+        plan = AdmissionPlan(delivery, received_ms, Outcome.IGNORED, delivery.ignore_reason)
+    elif isinstance(envelope, AgentSession):
+        plan = _plan_session(delivery, envelope, config, received_ms)
+    else:
+        plan = _plan_change(delivery, envelope, config, received_ms)
+    return replace(plan, echo_window_ms=config.linear.echo_window_seconds * 1000)
 
 
 def _title(envelope: DataChange | AgentSession) -> str | None:

@@ -83,6 +83,7 @@ class TurnEnv:
     backoff_seconds: Sequence[int] = (5, 30, 120, 600)
     kill_grace_seconds: float = 10.0
     on_finished: list[Callable[[FinishedTurn], None]] = field(default_factory=list)
+    on_failed: list[Callable[[ClaimedTurn, str], None]] = field(default_factory=list)
     kick_tracker: Callable[[], None] = lambda: None
     settled: SettledSignal = field(default_factory=SettledSignal)
     ack_wait_seconds: float = 10.0
@@ -135,10 +136,14 @@ class ConversationActor(pykka.ThreadingActor):
         threading.current_thread().name = f"conversation-{self.conversation_id}"
 
     def on_stop(self) -> None:
-        """Leave the turn record for recovery; stop the child; close this thread's connection."""
-        if self._running is not None:
-            self._env.tokens.revoke(self._running.token)
-            self._running.process.terminate()
+        """Leave the turn record for recovery; stop the child (SIGTERM, SIGKILL after the
+        grace period); close this thread's connection."""
+        running = self._running
+        if running is not None:
+            self._env.tokens.revoke(running.token)
+            running.process.terminate()
+            if not running.process.wait_exit(self._env.kill_grace_seconds):
+                running.process.kill()
         self._env.store.close()
 
     def on_failure(self, *args: Any) -> None:
@@ -276,6 +281,11 @@ class ConversationActor(pykka.ThreadingActor):
         self._env.kick_tracker()
         log.warning("turn failed", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                            "error": error, "state": state})
+        for listener in self._env.on_failed:
+            try:
+                listener(turn, error)
+            except Exception:
+                log.exception("turn listener failed", extra={"turn_id": turn.turn_id})
         if state is TurnState.STALLED:
             log.error("conversation stalled", extra={"conversation_id": turn.conversation_id})
 

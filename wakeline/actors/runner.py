@@ -80,7 +80,8 @@ class TurnProcess:
         self.spec = spec
         self._on_exit = on_exit
         self._proc: subprocess.Popen[bytes] | None = None
-        self._started = threading.Event()
+        self._lock = threading.Lock()
+        self._cancelled: int | None = None
         self._thread = threading.Thread(target=self._run, name=f"turn-{spec.turn_id}", daemon=True)
 
     def start(self) -> None:
@@ -88,14 +89,25 @@ class TurnProcess:
         self._thread.start()
 
     def signal(self, signum: int) -> None:
-        """Send a signal to the child's whole process group; a gone group is fine."""
-        self._started.wait(5)
-        if self._proc is None:
-            return
+        """Send a signal to the child's whole process group; a gone group is fine.
+
+        Before the child exists (the runner may still wait for the acknowledgement to
+        settle) the signal cancels the start instead: the caller never waits.
+        """
+        with self._lock:
+            if self._proc is None:
+                self._cancelled = signum
+                return
+            pid = self._proc.pid
         try:
-            os.killpg(self._proc.pid, signum)
+            os.killpg(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the child and its capture to end; True if they did."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def terminate(self) -> None:
         """SIGTERM to the group."""
@@ -118,7 +130,9 @@ class TurnProcess:
         if spec.before_start is not None:
             spec.before_start()
         try:
-            with open(spec.prompt_file, "rb") as stdin:
+            with self._lock, open(spec.prompt_file, "rb") as stdin:
+                if self._cancelled is not None:
+                    return RunOutcome(exit_code=-self._cancelled)
                 self._proc = subprocess.Popen(
                     list(spec.argv),
                     cwd=spec.cwd,
@@ -132,7 +146,6 @@ class TurnProcess:
         except OSError as exc:
             return RunOutcome(exit_code=None, spawn_error=f"{exc.__class__.__name__}: {exc.strerror or exc}")
         finally:
-            self._started.set()
             spec.prompt_file.unlink(missing_ok=True)
         out = _Capture(STDOUT_MAX_BYTES)
         err = _Capture(STDERR_TAIL_BYTES, keep_tail=True)

@@ -70,6 +70,8 @@ class Tracker(pykka.ThreadingActor):
         self._workers = max_concurrent_requests
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: set[str] = set()
+        self._sent: set[str] = set()  # in flight and handed to a worker: may be on the wire
+        self._sent_lock = threading.Lock()
         self._listeners: list[Callable[[SettledWrite], None]] = []
 
     def on_start(self) -> None:
@@ -81,9 +83,14 @@ class Tracker(pykka.ThreadingActor):
             log.warning("writes of unknown outcome after a restart", extra={"count": unknown})
 
     def on_stop(self) -> None:
-        """Let calls on the wire finish; close this thread's connection."""
+        """Let calls on the wire finish and settle; queued ones never left, so they go back
+        to prepared and are sent after the next start."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._sent_lock:
+            never_sent = self._in_flight - self._sent
+        for effect_id in never_sent:
+            self._store.outbox.unmark(effect_id)
         self._store.close()
 
     # --- messages ----------------------------------------------------------------------------
@@ -109,16 +116,13 @@ class Tracker(pykka.ThreadingActor):
             assert self._pool is not None
             self._pool.submit(self._send, effect)
 
-    def settled(self, effect: PendingEffect, state: EffectState | None, error: str | None,
-                result_ids: tuple[str, ...]) -> None:
-        """A worker finished an effect; `state` None means it never left (budget): send later."""
-        self._in_flight.discard(effect.id)
-        now = to_ms(self._clock.now())
-        if state is None:
-            self._store.outbox.unmark(effect.id)
-            return
-        self._store.outbox.settle(effect.id, state, now, error=error, result_ids=list(result_ids))
-        self._publish(SettledWrite(effect.id, effect.kind, effect.target, state, result_ids))
+    def settled(self, write: SettledWrite | None, effect_id: str) -> None:
+        """A worker recorded an effect's outcome (None: it never left, the budget refused)."""
+        self._in_flight.discard(effect_id)
+        with self._sent_lock:
+            self._sent.discard(effect_id)
+        if write is not None:
+            self._publish(write)
 
     def _publish(self, write: SettledWrite) -> None:
         for listener in self._listeners:
@@ -142,7 +146,8 @@ class Tracker(pykka.ThreadingActor):
     # --- worker side -------------------------------------------------------------------------
 
     def _send(self, effect: PendingEffect) -> None:
-        me = self.actor_ref.proxy()
+        with self._sent_lock:
+            self._sent.add(effect.id)
         state: EffectState | None
         error, ids = None, ()
         query, variables = mutation_for(effect)
@@ -164,10 +169,21 @@ class Tracker(pykka.ThreadingActor):
         if state is not EffectState.CONFIRMED:
             log.warning("write to Linear not confirmed",
                         extra={"effect_id": effect.id, "state": state, "error": error})
+        # The worker records the outcome itself, so it is kept even while the actor stops.
+        write = None
         try:
-            me.settled(effect, state, error, ids)
+            if state is None:
+                self._store.outbox.unmark(effect.id)
+            else:
+                self._store.outbox.settle(effect.id, state, to_ms(self._clock.now()), error=error,
+                                          result_ids=list(ids))
+                write = SettledWrite(effect.id, effect.kind, effect.target, state, ids)
+        except Exception:
+            log.exception("recording a write's outcome failed", extra={"effect_id": effect.id})
+        try:
+            self.actor_ref.proxy().settled(write, effect.id)
         except pykka.ActorDeadError:
-            pass  # shutting down: the dispatched record becomes outcome_unknown at start-up
+            pass  # stopping: nobody is left to tell
 
 
 def _created_ids(body: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from peewee import SqliteDatabase, fn
 
 from wakeline.models.envelopes import AgentSession, DataChange, parse_envelope
 from wakeline.models.outbox import EffectSpec, Outbox
+from wakeline.providers.linear import replies
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, TurnResultKind, TurnState
 from wakeline.models.tables import Tables
@@ -22,6 +23,8 @@ from wakeline.models.tables import Tables
 BATCH_MAX_DELIVERIES = 50
 BATCH_MAX_BYTES = 30_000
 OUTPUT_MAX_CHARS = 64_000
+# A turn whose runs keep ending with the process (it may be what kills it) stalls after this.
+MAX_INTERRUPTED_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -91,11 +94,7 @@ class Fifo:
                 return None
             turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
             if turn is not None:
-                if turn.state == TurnState.STALLED:
-                    return None
-                t.turns.update(state=TurnState.RUNNING.value, started_at=now, next_attempt_at=None) \
-                    .where(t.turns.id == turn.id).execute()
-                return self._claimed(conv, turn.id, turn.attempt)
+                return self._resume(conv, turn, now)
             if conv.terminal:
                 return None
             if conv.kind == ConversationKind.INBOX:
@@ -123,6 +122,23 @@ class Fifo:
                 t.conversations.update(session_id=conv.session_id, updated_at=now) \
                     .where(t.conversations.id == conversation_id).execute()
             return self._claimed(conv, turn_id, 1)
+
+    def _resume(self, conv: Any, turn: Any, now: int) -> ClaimedTurn | None:
+        """The surviving turn runs again, unless it must wait (backoff, operator, following)."""
+        t = self._t
+        if turn.state == TurnState.STALLED:
+            return None
+        if turn.state == TurnState.RETRY and (turn.next_attempt_at or 0) > now:
+            return None  # its backoff is not over: a new delivery does not cut it short
+        if conv.kind == ConversationKind.INBOX and not self._following():
+            return None
+        if turn.stop_requested:
+            # Linear asked to stop while the turn waited: it ends here, stopped.
+            self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
+            return None
+        t.turns.update(state=TurnState.RUNNING.value, started_at=now, next_attempt_at=None) \
+            .where(t.turns.id == turn.id).execute()
+        return self._claimed(conv, turn.id, turn.attempt)
 
     def _claim_inbox(self, conv: Any, now: int) -> ClaimedTurn | None:
         # Following is checked again here, just before a queued inbox turn would start:
@@ -265,6 +281,7 @@ class Fifo:
             conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
             if conv is None:
                 return None
+            self._answer_open_sessions(conversation_id, replies.RESET, now, received_before=now)
             turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
             if turn is not None:
                 self._end(turn.id, TurnResultKind.RESET, now)
@@ -290,6 +307,7 @@ class Fifo:
     def retire(self, conversation_id: str, now: int) -> int:
         """Terminal intent: remove the running turn and complete all unfinished work as retired."""
         t, d = self._t, self._t.deliveries
+        self._answer_open_sessions(conversation_id, replies.RETIRED, now)
         turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
         if turn is not None:
             self._end(turn.id, TurnResultKind.RETIRED, now)
@@ -314,7 +332,8 @@ class Fifo:
         t, d = self._t, self._t.deliveries
         with self._db.atomic():
             if rerun_effects is not None:
-                for turn in t.turns.select().where(t.turns.state == TurnState.RUNNING.value):
+                for turn in t.turns.select().where((t.turns.state == TurnState.RUNNING.value)
+                                                   & (t.turns.attempt < MAX_INTERRUPTED_ATTEMPTS)):
                     sessions = self._sessions_of_turn(turn.id)
                     self._outbox.prepare(rerun_effects(turn.conversation_id, sessions), now)
             for conv in t.conversations.select(t.conversations.id, t.conversations.reset_at) \
@@ -326,8 +345,11 @@ class Fifo:
             d.update(state=DeliveryState.PENDING.value, turn_id=None).where(
                 (d.state == DeliveryState.CLAIMED.value) & (d.turn_id.is_null() | d.turn_id.not_in(live_turns))
             ).execute()
-            t.turns.update(state=TurnState.RETRY.value, next_attempt_at=now) \
-                .where(t.turns.state == TurnState.RUNNING.value).execute()
+            interrupted = t.turns.state == TurnState.RUNNING.value
+            t.turns.update(state=TurnState.STALLED.value, last_error="interrupted by restarts") \
+                .where(interrupted & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)).execute()
+            t.turns.update(state=TurnState.RETRY.value, next_attempt_at=now, attempt=t.turns.attempt + 1) \
+                .where(interrupted).execute()
             return self.conversations_with_work(now)
 
     def conversations_with_work(self, now: int) -> list[str]:
@@ -345,6 +367,21 @@ class Fifo:
         ids = [r.conversation_id for r in pending.where(d.conversation_id.not_in(terminal))]
         inbox = [INBOX_CONVERSATION_ID] if self._inbox_waiting() else []
         return running + self.due_retries(now) + ids + inbox
+
+    def _answer_open_sessions(self, conversation_id: str, text: str, now: int,
+                              received_before: int | None = None) -> None:
+        """Close every agent session whose unfinished work is being dropped, so none stays
+        'working' in Linear (inside the caller's transaction)."""
+        d = self._t.deliveries
+        where = (d.conversation_id == conversation_id) & (d.state != DeliveryState.COMPLETED.value)
+        if received_before is not None:
+            where &= d.received_at <= received_before
+        sessions: list[str] = []
+        for row in d.select(d.envelope).where(where).order_by(d.id):
+            env = parse_envelope(row.envelope)
+            if isinstance(env, AgentSession) and env.session_id not in sessions:
+                sessions.append(env.session_id)
+        self._outbox.prepare(replies.for_sessions(sessions, "response", text, conversation_id), now)
 
     def _sessions_of_turn(self, turn_id: str) -> list[str]:
         d = self._t.deliveries
@@ -380,6 +417,10 @@ class Fifo:
         turn = tt.get_or_none(tt.conversation_id == conversation_id)
         if turn is None or not d.select().where((d.turn_id == turn.id) & mine).exists():
             return False
+        if turn.state != TurnState.RUNNING:
+            # Waiting for a retry or an operator: nothing runs, so it ends here.
+            self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
+            return False
         tt.update(stop_requested=True).where(tt.id == turn.id).execute()
         return True
 
@@ -398,13 +439,17 @@ class Fifo:
     def runnable(self, conversation_id: str, now: int) -> bool:
         """True when `claim` would return a turn now."""
         t = self._t
+        conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
+        if conv is None:
+            return False
         turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
         if turn is not None:
+            if conv.kind == ConversationKind.INBOX and not self._following():
+                return False
             return turn.state == TurnState.RUNNING or (
                 turn.state == TurnState.RETRY and (turn.next_attempt_at or 0) <= now
             )
-        conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
-        if conv is None or conv.terminal:
+        if conv.terminal:
             return False
         if conv.kind == ConversationKind.INBOX:
             return self._inbox_waiting()

@@ -19,12 +19,12 @@ from peewee import DatabaseError, SqliteDatabase, fn
 from wakeline.clock import Clock
 from wakeline.errors import Unavailable
 from wakeline.models.db import open_database
-from wakeline.models.envelopes import AgentSession, dump_envelope
+from wakeline.models.envelopes import AgentSession, DataChange, dump_envelope
 from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
 from wakeline.models.schema import INBOX_CONVERSATION_ID
-from wakeline.models.states import ConversationKind, DeliveryState, Outcome, TurnState
+from wakeline.models.states import ConversationKind, DeliveryState, Outcome, TurnResultKind, TurnState
 from wakeline.models.tables import Tables, bind_tables
 from wakeline.providers.linear import replies
 from wakeline.routing import AdmissionPlan
@@ -144,6 +144,9 @@ class Store:
         )
         if first is not None:
             return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first.outcome))
+        if self._is_echo(plan):
+            self._receipt(plan, Outcome.SELF_ECHO, "own_write", None)
+            return AdmissionResult(Outcome.SELF_ECHO, "own_write")
         outcome, reason, effects = plan.outcome, plan.reason, list(plan.effects)
         conversation_id, to_fifo, changed = None, plan.to_fifo, False
         if plan.subject is not None and (plan.to_fifo or plan.lifecycle is not None or plan.route):
@@ -167,28 +170,24 @@ class Store:
             if to_fifo and session is not None:
                 self.t.conversations.update(agent_session_id=session.session_id) \
                     .where(self.t.conversations.id == conversation_id).execute()
-        receipt_id = receipts.insert(
-            delivery_id=d.delivery_id,
-            body_sha256=d.body_sha256,
-            event_type=d.event_type,
-            action=d.action,
-            received_at=plan.received_ms,
-            webhook_at=d.webhook_ms,
-            outcome=outcome.value,
-            reason=reason,
-            conversation_id=conversation_id,
-        ).execute()
+        receipt_id = self._receipt(plan, outcome, reason, conversation_id)
         if to_fifo and conversation_id is not None and d.envelope is not None:
             envelope = dump_envelope(d.envelope)
+            # Received at or before a reset that committed first: it belongs to the old context,
+            # exactly as startup recovery would decide.
+            before_reset = plan.received_ms <= (self._reset_at(conversation_id) or -1)
             self.t.deliveries.insert(
                 conversation_id=conversation_id,
                 receipt_id=receipt_id,
-                state=DeliveryState.PENDING.value,
+                state=(DeliveryState.COMPLETED if before_reset else DeliveryState.PENDING).value,
+                completion=TurnResultKind.RESET.value if before_reset else None,
+                completed_at=plan.received_ms if before_reset else None,
                 envelope=envelope,
                 headline=d.headline,
                 received_at=plan.received_ms,
-                size_bytes=len(envelope),
+                size_bytes=len(envelope.encode("utf-8")),
             ).execute()
+            to_fifo = not before_reset
         wake_ids = [conversation_id] if (to_fifo or changed) and conversation_id else []
         if d.inbox_event is not None and plan.outcome is Outcome.ACCEPTED:
             event = json.dumps(d.inbox_event, ensure_ascii=False, separators=(",", ":"))
@@ -210,6 +209,21 @@ class Store:
         )
         return AdmissionResult(outcome, reason, conversation_id, effects=len(effects),
                                wake_ids=tuple(wake_ids))
+
+    def _receipt(self, plan: AdmissionPlan, outcome: Outcome, reason: str | None,
+                 conversation_id: str | None) -> int:
+        d = plan.delivery
+        return int(self.t.receipts.insert(
+            delivery_id=d.delivery_id,
+            body_sha256=d.body_sha256,
+            event_type=d.event_type,
+            action=d.action,
+            received_at=plan.received_ms,
+            webhook_at=d.webhook_ms,
+            outcome=outcome.value,
+            reason=reason,
+            conversation_id=conversation_id,
+        ).execute())
 
     def _conversation(self, plan: AdmissionPlan, *, create: bool) -> str | None:
         convs, subject, now = self.t.conversations, plan.subject, plan.received_ms
@@ -242,6 +256,27 @@ class Store:
             tainted=plan.tainted,
         ).execute()
         return conversation_id
+
+    def _reset_at(self, conversation_id: str) -> int | None:
+        c = self.t.conversations
+        return c.select(c.reset_at).where(c.id == conversation_id).scalar()
+
+    def _is_echo(self, plan: AdmissionPlan) -> bool:
+        """Exact evidence only: the event names an object whose id we chose for our own write.
+
+        Every create wakeline sends carries a client-chosen UUID, recorded before the request
+        leaves; Linear's webhook about that object carries the same id. The creation is ours
+        whenever it arrives; later changes to the object count as echoes only within the
+        window, so a person's edit afterwards is acted on as usual.
+        """
+        env = plan.delivery.envelope
+        if not isinstance(env, DataChange):
+            return False
+        e = self.t.effects
+        created = e.select(e.created_at).where(e.id == env.object_id).scalar()
+        if created is None:
+            return False
+        return env.action == "create" or plan.received_ms - created <= plan.echo_window_ms
 
     def _is_terminal(self, conversation_id: str) -> bool:
         c = self.t.conversations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from tests.conftest import LINEAR_KEY, issue_event, session_event
+from tests.conftest import LINEAR_KEY, comment_event, issue_event, session_event
 from tests.fakes.linear import FakeLinear
 from tests.helpers import wait_until
 
@@ -190,3 +190,55 @@ def test_a_turn_rerun_after_a_restart_says_so(harness: Callable[..., Any]) -> No
     wait_until(lambda: len(h.runs()) == 2, timeout=15)
     rerun = [r.input["content"]["body"] for r in h.linear.activities()]
     assert rerun[0].startswith("Picked up") and "restarted" in rerun[-1]
+
+
+def test_our_own_comment_coming_back_is_a_self_echo_and_wakes_nothing(harness: Callable[..., Any]) -> None:
+    h = harness("ok")
+    h.deliver(issue_event())
+    wait_until(lambda: h.linear.comments(), timeout=15)
+    ours = h.linear.comments()[0].input
+    echo = comment_event(issue_id="issue-2", identifier="OPS-2")
+    echo["data"]["id"] = ours["id"]
+    echo["data"]["body"] = ours["body"]
+    assert h.deliver(echo) == {"outcome": "self_echo", "reason": "own_write"}
+    human = comment_event(issue_id="issue-2", identifier="OPS-2")
+    assert h.deliver(human)["outcome"] == "accepted"
+    conv = wait_until(lambda: (c := h.only_conversation())["turns"] and len(c["turns"]) == 2 and c, timeout=15)
+    assert conv["pending"] == 0 and len(h.runs()) == 2  # the human's comment ran; the echo did not
+
+
+def test_reset_answers_the_sessions_whose_work_it_drops(harness: Callable[..., Any]) -> None:
+    h = harness("sleep", "3600")
+    h.deliver(session_event(session_id="s-1"))
+    wait_until(lambda: h.runs())
+    cid = h.runs()[0]["conversation"]
+    assert h.api("POST", f"/v1/conversations/{cid}/reset").status_code == 200
+    wait_until(lambda: activity_types(h.linear, "s-1") == ["thought", "response"], timeout=10)
+    assert "reset" in h.linear.activities()[-1].input["content"]["body"]
+
+
+def test_closing_the_issue_stops_the_turn_and_answers(harness: Callable[..., Any]) -> None:
+    h = harness("sleep", "3600")
+    h.deliver(session_event(session_id="s-1"))
+    wait_until(lambda: h.runs())
+    done = issue_event(issue_id="issue-1", identifier="ENG-1")
+    done["data"]["state"] = {"id": "state-done", "name": "Done", "type": "completed"}
+    h.deliver(done)
+    conv = wait_until(lambda: (c := h.only_conversation())["state"] == "terminal" and c["turns"] and c,
+                      timeout=15)
+    assert conv["turns"][0]["result"] == "retired"
+    wait_until(lambda: activity_types(h.linear, "s-1") == ["thought", "response"])
+    assert h.deliver(session_event("prompted", session_id="s-1"))["outcome"] == "ignored"
+
+
+def test_stop_before_the_agent_started_cancels_it(harness: Callable[..., Any]) -> None:
+    fake = FakeLinear(delays={'"type": "thought"': 2.0})  # the ack gate holds the start
+    h = harness("ok", linear=fake)
+    h.deliver(session_event(session_id="s-1"))
+    wait_until(lambda: fake.activities())
+    cid = h.api("GET", "/v1/conversations").json()["conversations"][0]["id"]
+    sent = time.monotonic()
+    assert h.api("POST", f"/v1/conversations/{cid}/stop").status_code == 200
+    assert time.monotonic() - sent < 1.5  # the actor did not wait for the gate
+    assert wait_until(lambda: h.conversation(cid)["turns"])[0]["result"] == "stopped"
+    assert h.runs() == []

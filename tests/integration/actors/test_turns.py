@@ -215,3 +215,28 @@ def test_a_busy_store_delays_finalisation_but_loses_nothing(harness: Callable[..
     holder.join(10)
     assert conv["turns"][0]["result"] == "response" and len(h.runs()) == 1
     assert conv["fifo"][0]["completion"] == "response"
+
+
+def test_a_new_delivery_does_not_cut_a_retry_backoff_short(harness: Callable[..., Any]) -> None:
+    h = harness("exit", "9")  # an exit code outside the protocol: a failed attempt
+    h.service.turn_env.backoff_seconds = (3600,)
+    h.deliver(session_event())
+    cid = wait_until(lambda: h.runs())[0]["conversation"]
+    wait_until(lambda: (h.conversation(cid)["turn"] or {}).get("state") == "retry")
+    h.deliver(session_event("prompted"))
+    for _ in range(3):
+        h.service.supervisor.tick().get()
+    assert len(h.runs()) == 1
+    assert h.conversation(cid)["pending"] == 1
+
+
+def test_metrics_count_turns_and_queue_depths(harness: Callable[..., Any]) -> None:
+    import requests as http
+
+    h = harness("ok")
+    h.deliver(session_event())
+    wait_until(lambda: h.only_conversation()["turns"])
+    text = http.get(h.service.operator.url + "/metrics", timeout=10).text
+    assert 'wakeline_turns_total{result="response"} 1.0' in text
+    assert 'wakeline_queue_depth{queue="fifo_pending"} 0.0' in text
+    assert 'wakeline_deliveries_total{outcome="accepted"} 1.0' in text

@@ -6,11 +6,13 @@ the caller prepares them in the transaction that made the decision.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from wakeline.models.envelopes import AgentSession
-from wakeline.models.fifo import ClaimedTurn
 from wakeline.models.outbox import EffectKind, EffectSpec
+
+if TYPE_CHECKING:
+    from wakeline.models.fifo import ClaimedTurn
 
 __all__ = ["EffectSpec", "activity", "comment", "for_sessions", "sessions_of", "stalled", "turn_result"]
 from wakeline.models.states import TurnResultKind
@@ -24,6 +26,8 @@ STOPPED = "Stopped as requested."
 HEARTBEAT = "Still working on it."
 RERUN = "wakeline restarted while this turn was running; running it again."
 EMPTY_RESPONSE = "(the agent finished without output)"
+RESET = "The operator reset this conversation; this request was dropped with the old context."
+RETIRED = "This issue was completed or canceled, so wakeline stopped working on it."
 
 ACTIVITY_BY_RESULT = {
     TurnResultKind.RESPONSE: "response",

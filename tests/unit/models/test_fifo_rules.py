@@ -1,0 +1,67 @@
+"""FIFO rules that need no actors: waiting turns, Linear stops, resets racing admission, restarts."""
+
+from __future__ import annotations
+
+from tests.unit.models.test_fifo_state_machine import plan_for
+from wakeline.models.fifo import MAX_INTERRUPTED_ATTEMPTS
+from wakeline.models.states import DeliveryState, TurnState
+from wakeline.models.store import Store
+
+
+def admit(store: Store, issue: str, now: int) -> str:
+    [result] = store.admit([plan_for(issue, now)])
+    assert result.conversation_id
+    return result.conversation_id
+
+
+def test_a_waiting_turn_is_not_resumed_before_its_backoff(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    turn = store.fifo.claim(cid, 1_000)
+    assert turn is not None
+    store.fifo.fail(turn.turn_id, "boom", 2_000, (60,))
+    assert store.fifo.claim(cid, 30_000) is None
+    assert not store.fifo.runnable(cid, 30_000)
+    assert store.fifo.claim(cid, 62_000) is not None
+
+
+def test_a_linear_stop_ends_a_turn_that_waits_for_its_retry(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    turn = store.fifo.claim(cid, 1_000)
+    assert turn is not None
+    store.fifo.fail(turn.turn_id, "boom", 2_000, (60,))
+    with store.db.atomic():
+        assert store.fifo.stop_session(cid, "s-i-1", 3_000) is False
+    assert not store.fifo.turn_alive(turn.turn_id)
+    d = store.t.deliveries
+    assert [r.completion for r in d.select()] == ["stopped"]
+
+
+def test_a_delivery_received_before_a_committed_reset_belongs_to_the_old_context(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    store.fifo.reset(cid, 5_000)
+    [late] = store.admit([plan_for("i-1", 4_000)])  # arrived before the reset, committed after
+    assert late.wake_ids == ()
+    d = store.t.deliveries
+    rows = list(d.select().order_by(d.id))
+    assert [(r.state, r.completion) for r in rows] == [("completed", "reset"), ("completed", "reset")]
+
+
+def test_a_turn_that_keeps_ending_with_the_process_stalls(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    assert store.fifo.claim(cid, 1_000) is not None
+    now = 2_000
+    for _ in range(MAX_INTERRUPTED_ATTEMPTS):
+        store.fifo.recover(now)
+        store.fifo.claim(cid, now)  # runs again, and the process dies again
+        now += 1_000
+    store.fifo.recover(now)
+    t = store.t.turns
+    assert t.get(t.conversation_id == cid).state == TurnState.STALLED
+    assert store.t.deliveries.get().state == DeliveryState.CLAIMED  # kept for the operator
+
+
+def test_envelope_sizes_count_bytes(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    d = store.t.deliveries
+    row = d.get(d.conversation_id == cid)
+    assert row.size_bytes == len(row.envelope.encode("utf-8"))
