@@ -60,7 +60,9 @@ class Context:
         except NoToken as exc:
             fail(f"{exc} (run `wakeline init` or `wakeline serve` first)", EXIT_UNREACHABLE)
         except ApiError as exc:
-            fail(str(exc), EXIT_FAILED)
+            # A refusal also prints what its body adds (confirm targets, an effect id).
+            extras = {k: v for k, v in exc.body.items() if k not in ("error", "detail")}
+            fail(str(exc) + (f" {json.dumps(extras, ensure_ascii=False)}" if extras else ""), EXIT_FAILED)
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -140,19 +142,6 @@ def status(ctx: Context, as_json: bool) -> None:
 # --- doctor, effects and Linear ------------------------------------------------------------------
 
 LINEAR_TIMEOUT_SECONDS = 60.0  # the service waits up to ~40 s for Linear; answer before giving up
-
-
-def _call_with_extras(ctx: Context, method: str, path: str, **kwargs: Any) -> Any:
-    """Like `Context.call`, but a refusal also prints what the body adds (targets, effect id)."""
-    try:
-        return OperatorClient.from_config(ctx.config()).request(method, path, **kwargs)
-    except Unreachable as exc:
-        fail(str(exc), EXIT_UNREACHABLE)
-    except NoToken as exc:
-        fail(f"{exc} (run `wakeline init` or `wakeline serve` first)", EXIT_UNREACHABLE)
-    except ApiError as exc:
-        extras = {k: v for k, v in exc.body.items() if k not in ("error", "detail")}
-        fail(str(exc) + (f" {json.dumps(extras, ensure_ascii=False)}" if extras else ""), EXIT_FAILED)
 
 
 def _doctor_text(data: dict[str, Any]) -> str:
@@ -266,7 +255,7 @@ def linear_graphql(ctx: Context, query: str, variables: str | None, operation_na
         payload["operationName"] = operation_name
     if confirm:
         payload["confirm"] = list(confirm)
-    data = _call_with_extras(ctx, "POST", "/v1/linear/graphql", json=payload,
+    data = ctx.call("POST", "/v1/linear/graphql", json=payload,
                              timeout=LINEAR_TIMEOUT_SECONDS)
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
@@ -278,7 +267,7 @@ def linear_graphql(ctx: Context, query: str, variables: str | None, operation_na
 @pass_ctx
 def linear_comment(ctx: Context, issue_id: str, body: str, as_json: bool) -> None:
     """Comment on an issue (BODY may be `-` for stdin or `@FILE`); waits until Linear confirms."""
-    data = _call_with_extras(ctx, "POST", "/v1/linear/comment",
+    data = ctx.call("POST", "/v1/linear/comment",
                              json={"issueId": issue_id, "body": _text_argument(body, "body")},
                              timeout=LINEAR_TIMEOUT_SECONDS)
     emit(data, as_json, lambda d: f"comment {d['id']} on {d['issueId']}: {d['state']}")
@@ -289,7 +278,7 @@ def linear_comment(ctx: Context, issue_id: str, body: str, as_json: bool) -> Non
 @pass_ctx
 def linear_connect(ctx: Context, as_json: bool) -> None:
     """Check the Linear credential once (`viewer`) and record the account it belongs to."""
-    data = _call_with_extras(ctx, "POST", "/v1/linear/connect", timeout=LINEAR_TIMEOUT_SECONDS)
+    data = ctx.call("POST", "/v1/linear/connect", timeout=LINEAR_TIMEOUT_SECONDS)
     emit(data, as_json, lambda d: f"connected to Linear as {d['name'] or '-'} ({d['id']}) "
                                   f"with a {d['kind'].replace('_', ' ')}")
 

@@ -78,16 +78,15 @@ def _plan_session(
         )
     ack = (replies.activity(envelope.session_id, "thought", replies.ACK),) \
         if envelope.action == "created" else ()
+    return _routed(delivery, envelope, route, received_ms, to_fifo=True, effects=ack)
+
+
+def _routed(delivery: ParsedDelivery, envelope: DataChange | AgentSession, route: RouteConfig,
+            received_ms: int, **fields: object) -> AdmissionPlan:
+    """An accepted plan for a routed issue conversation."""
     return AdmissionPlan(
-        delivery,
-        received_ms,
-        Outcome.ACCEPTED,
-        subject=delivery.subject,
-        route=route.name,
-        title=_title(envelope),
-        to_fifo=True,
-        tainted=route.trust == "public",
-        effects=ack,
+        delivery, received_ms, Outcome.ACCEPTED, subject=delivery.subject, route=route.name,
+        title=_title(envelope), tainted=route.trust == "public", **fields,  # type: ignore[arg-type]
     )
 
 
@@ -133,14 +132,5 @@ def _plan_change(
         # Not a turn, but a lifecycle change still reaches an existing conversation.
         return AdmissionPlan(delivery, received_ms, Outcome.ACCEPTED, subject=delivery.subject,
                              lifecycle=lifecycle)
-    return AdmissionPlan(
-        delivery,
-        received_ms,
-        Outcome.ACCEPTED,
-        subject=delivery.subject,
-        route=route.name,
-        title=_title(envelope),
-        to_fifo=lifecycle != "terminal" and _wakes(envelope, route),
-        lifecycle=lifecycle,
-        tainted=route.trust == "public",
-    )
+    return _routed(delivery, envelope, route, received_ms, lifecycle=lifecycle,
+                   to_fifo=lifecycle != "terminal" and _wakes(envelope, route))
