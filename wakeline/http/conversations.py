@@ -6,7 +6,7 @@ from typing import Any
 
 import falcon
 
-from wakeline.errors import NotFound
+from wakeline.errors import BadRequest, NotFound
 from wakeline.http.auth import lanes
 from wakeline.http.params import int_param
 from wakeline.models.states import ConversationState
@@ -29,7 +29,7 @@ class Conversations:
         """A page of conversations; `?state=` filters, `?limit=` bounds (default 100)."""
         state = req.get_param("state")
         if state is not None and state not in {s.value for s in ConversationState}:
-            raise falcon.HTTPBadRequest()
+            raise BadRequest("state must be idle, running, stalled or terminal")
         limit = int_param(req, "limit", 100, low=1, high=1000)
         resp.media = {"conversations": list_conversations(self._store, limit=limit or 100, state=state)}
 
