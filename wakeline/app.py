@@ -144,8 +144,8 @@ def build_service(
         woke = [cid for r in results for cid in r.wake_ids]
         if woke:
             supervisor.wake(woke)
-        if any(r.effects for r in results):
-            tracker.kick()
+        if any(r.effects or r.wake_ids for r in results):
+            tracker.kick()  # lifecycle changes (a closure, a stop) may have prepared answers too
 
     writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=admitted)
     webhooks = None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = logging.getLogger(__name__)
 
 ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -52,6 +55,9 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition (queue depths read now)."""
         if self._depths is not None:
-            for queue, depth in self._depths().items():
-                self.queue_depth.labels(queue=queue).set(depth)
+            try:
+                for queue, depth in self._depths().items():
+                    self.queue_depth.labels(queue=queue).set(depth)
+            except Exception:  # a busy store must not take the scrape down: keep the last values
+                log.warning("queue depths unavailable for this scrape", exc_info=True)
         return generate_latest(self.registry)

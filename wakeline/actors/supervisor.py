@@ -124,6 +124,7 @@ class Supervisor(pykka.ThreadingActor):
                 answer = {"sessionId": outcome.session_id if outcome else None,
                           "completed": outcome.completed if outcome else 0}
             self.wake([conversation_id])
+            self._env.kick_tracker()  # the reset answered the sessions whose work it dropped
             return answer
         if operation == "retry":
             if not fifo.retry(conversation_id, now):

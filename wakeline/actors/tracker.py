@@ -3,8 +3,9 @@
 Effects from the outbox are marked dispatched durably, then sent on a small
 worker pool, so one slow call never holds up another and nothing waits behind
 agent turns. A write goes on the wire once; the outcome settles the effect and
-is published to listeners (echo suppression subscribes). Without a credential
-the tracker is the local backend: writes are refused, turns still run.
+is published to listeners (a turn waiting for its acknowledgement listens).
+Without a credential the tracker is the local backend: writes are refused,
+turns still run.
 """
 
 from __future__ import annotations

@@ -250,6 +250,8 @@ class Fifo:
         q = tt.select(tt.conversation_id).where(
             (tt.state == TurnState.RETRY.value) & (tt.next_attempt_at <= now)
         )
+        if not self._following():
+            q = q.where(tt.conversation_id != INBOX_CONVERSATION_ID)  # it waits for following
         return [r.conversation_id for r in q]
 
     def retry(self, conversation_id: str, now: int) -> bool:
@@ -346,6 +348,9 @@ class Fifo:
                 (d.state == DeliveryState.CLAIMED.value) & (d.turn_id.is_null() | d.turn_id.not_in(live_turns))
             ).execute()
             interrupted = t.turns.state == TurnState.RUNNING.value
+            for turn in t.turns.select().where(interrupted & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)):
+                self._outbox.prepare(replies.for_sessions(
+                    self._sessions_of_turn(turn.id), "error", replies.INTERRUPTED, turn.conversation_id), now)
             t.turns.update(state=TurnState.STALLED.value, last_error="interrupted by restarts") \
                 .where(interrupted & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)).execute()
             t.turns.update(state=TurnState.RETRY.value, next_attempt_at=now, attempt=t.turns.attempt + 1) \

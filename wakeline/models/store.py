@@ -188,6 +188,8 @@ class Store:
                 size_bytes=len(envelope.encode("utf-8")),
             ).execute()
             to_fifo = not before_reset
+            if before_reset and session is not None:
+                effects.append(replies.activity(session.session_id, "response", replies.RESET))
         wake_ids = [conversation_id] if (to_fifo or changed) and conversation_id else []
         if d.inbox_event is not None and plan.outcome is Outcome.ACCEPTED:
             event = json.dumps(d.inbox_event, ensure_ascii=False, separators=(",", ":"))

@@ -65,3 +65,25 @@ def test_envelope_sizes_count_bytes(store: Store) -> None:
     d = store.t.deliveries
     row = d.get(d.conversation_id == cid)
     assert row.size_bytes == len(row.envelope.encode("utf-8"))
+
+
+def test_an_inbox_retry_waits_while_following_is_off(store: Store) -> None:
+    from wakeline.models.schema import INBOX_CONVERSATION_ID
+
+    store.set_following(True)
+    t = store.t.turns
+    t.insert(id="turn_inbox", conversation_id=INBOX_CONVERSATION_ID, state=TurnState.RETRY.value,
+             attempt=2, created_at=1, next_attempt_at=1).execute()
+    assert store.fifo.due_retries(10) == [INBOX_CONVERSATION_ID]
+    store.set_following(False)
+    assert store.fifo.due_retries(10) == []
+    assert not store.fifo.runnable(INBOX_CONVERSATION_ID, 10)
+
+
+def test_a_turn_stalled_by_restarts_answers_its_sessions(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    store.fifo.claim(cid, 1_000)
+    store.t.turns.update(attempt=MAX_INTERRUPTED_ATTEMPTS).execute()
+    store.fifo.recover(2_000)
+    errors = [e for e in store.outbox.listing() if e["summary"].startswith("error")]
+    assert len(errors) == 1 and errors[0]["target"] == "s-i-1"

@@ -28,6 +28,8 @@ RERUN = "wakeline restarted while this turn was running; running it again."
 EMPTY_RESPONSE = "(the agent finished without output)"
 RESET = "The operator reset this conversation; this request was dropped with the old context."
 RETIRED = "This issue was completed or canceled, so wakeline stopped working on it."
+INTERRUPTED = ("wakeline restarted during this turn too many times and stopped retrying it. "
+               "An operator can retry or abandon it with `wakeline conversations retry|abandon`.")
 
 ACTIVITY_BY_RESULT = {
     TurnResultKind.RESPONSE: "response",
