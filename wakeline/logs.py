@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from wakeline.secrets import redact
 
@@ -26,6 +27,28 @@ class RedactingFormatter(logging.Formatter):
         return redact(text, self._secrets)
 
 
+class EveryFewSeconds(logging.Filter):
+    """Lets one record through per `seconds`; under load waitress warns on every queued request."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._seconds = seconds
+        self._next = 0.0
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True for the first record of each period; it carries how many were dropped before."""
+        now = time.monotonic()
+        if now < self._next:
+            self._dropped += 1
+            return False
+        self._next = now + self._seconds
+        if self._dropped:
+            record.msg = f"{record.msg} ({self._dropped} similar messages suppressed)"
+            self._dropped = 0
+        return True
+
+
 def setup_logging(level: str, secret_values: list[str]) -> None:
     """Route every logger to stderr through the redactor."""
     handler = logging.StreamHandler(sys.stderr)
@@ -33,5 +56,7 @@ def setup_logging(level: str, secret_values: list[str]) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # waitress logs every queue warning at WARNING; keep them, they matter under load.
     logging.getLogger("waitress").setLevel(logging.WARNING)
+    # A full request queue matters, but one line every ten seconds says so.
+    queue = logging.getLogger("waitress.queue")
+    queue.filters[:] = [EveryFewSeconds(10.0)]
