@@ -76,7 +76,8 @@ class Service:
         self.ticker.start()
         log.info(
             "wakeline serving",
-            extra={"webhook_url": self.ingress.url, "operator_url": self.operator.url},
+            extra={"webhooks": f"{self.ingress.host}:{self.ingress.port}",
+                   "operator": f"{self.operator.host}:{self.operator.port}"},
         )
 
     def stop(self) -> None:
@@ -205,7 +206,8 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     service.start()
-    print(f"wakeline: webhooks on {service.ingress.url}, operator API on {service.operator.url}",
+    print(f"wakeline: webhooks on {service.ingress.host}:{service.ingress.port}, "
+          f"operator API on {service.operator.host}:{service.operator.port}",
           flush=True)
     while not stop.wait(1.0):
         pass
