@@ -206,8 +206,8 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     service.start()
-    print(f"wakeline: webhooks on {service.ingress.host}:{service.ingress.port}, "
-          f"operator API on {service.operator.host}:{service.operator.port}",
+    print(f"wakeline: webhooks on http://{service.ingress.host}:{service.ingress.port}, "
+          f"operator API on http://{service.operator.host}:{service.operator.port}",
           flush=True)
     while not stop.wait(1.0):
         pass
