@@ -66,7 +66,7 @@ def main() -> int:
         f'[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
     )
     env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET,
-           "WAKELINE_LINEAR_API_KEY": "lin_api_benchkey0000000000000000"}
+           "WAKELINE_LINEAR_API_KEY": "lin_api_bench-not-a-real-key"}
     proc = subprocess.Popen([sys.executable, "-m", "wakeline", "--config", str(root / "wakeline.toml"), "serve"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

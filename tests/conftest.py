@@ -228,3 +228,18 @@ def signed(body: dict[str, Any] | bytes, *, delivery: str | None = None, secret:
         "Linear-Event": "test",
     }
     return raw, headers
+
+
+def deliver(ingress: Any, body: dict[str, Any]) -> None:
+    """Admit one delivery through an in-process ingress app; it must be accepted."""
+    raw, headers = signed(body)
+    resp = ingress.simulate_post("/webhooks/linear", body=raw, headers=headers)
+    assert resp.json == {"outcome": "accepted"}, resp.json
+
+
+def comments(ingress: Any, n: int, text: str = "Please look at this") -> None:
+    """Admit `n` comment events, one per issue."""
+    for i in range(n):
+        body = comment_event(f"issue-{i}", f"ENG-{i}")
+        body["data"]["body"] = text
+        deliver(ingress, body)

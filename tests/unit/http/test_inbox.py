@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from falcon import testing
 
 from tests.conftest import (
-    OPERATOR_TOKEN, WEBHOOK_SECRET, comment_event, issue_event, now_ms, signed,
+    OPERATOR_TOKEN, WEBHOOK_SECRET, comment_event, comments, deliver, issue_event, now_ms, signed,
 )
 from tests.helpers import free_port, wait_until
 from wakeline.app import Service
@@ -43,20 +43,6 @@ DAY_MS = 86_400_000
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def deliver(ingress: Any, body: dict[str, Any]) -> None:
-    """Admit one delivery through the real ingress app."""
-    raw, headers = signed(body)
-    resp = ingress.simulate_post("/webhooks/linear", body=raw, headers=headers)
-    assert resp.json == {"outcome": "accepted"}, resp.json
-
-
-def comments(ingress: Any, n: int, text: str = "Please look at this") -> None:
-    for i in range(n):
-        body = comment_event(f"issue-{i}", f"ENG-{i}")
-        body["data"]["body"] = text
-        deliver(ingress, body)
 
 
 def admit(store: Store, config: Config, n: int, *, received_ms: int | None = None,

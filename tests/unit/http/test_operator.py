@@ -8,22 +8,10 @@ from typing import Any
 import pytest
 from falcon import testing
 
-from tests.conftest import OPERATOR_TOKEN, comment_event, issue_event, session_event, signed
+from tests.conftest import (
+    OPERATOR_TOKEN, comment_event, comments, deliver, issue_event, session_event,
+)
 from wakeline.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES
-
-
-def deliver(ingress: Any, body: dict[str, Any]) -> None:
-    """Admit one delivery through the real ingress app and store."""
-    raw, headers = signed(body)
-    resp = ingress.simulate_post("/webhooks/linear", body=raw, headers=headers)
-    assert resp.json == {"outcome": "accepted"}, resp.json
-
-
-def comments(ingress: Any, n: int, text: str = "Please look at this") -> None:
-    for i in range(n):
-        body = comment_event(f"issue-{i}", f"ENG-{i}")
-        body["data"]["body"] = text
-        deliver(ingress, body)
 
 
 def size_of(event: dict[str, Any]) -> int:
