@@ -316,14 +316,15 @@ class ConversationActor(pykka.ThreadingActor):
 
     def _start(self, turn: ClaimedTurn) -> None:
         env = self._env
-        lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
-        token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
         workspace = env.workspaces / turn.conversation_id
         workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         prompt_file = env.prompts / f"{turn.turn_id}.{turn.attempt}.prompt"
         prompt_file.unlink(missing_ok=True)
         create_secret_file(prompt_file, prompt_for(turn, env.secret_values), newline=False,
                            durable=False)
+        # Issued last: nothing below can fail, so a token never outlives a turn that did not start.
+        lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
+        token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
         spec = TurnSpec(
             turn_id=turn.turn_id,
             argv=tuple(agent_argv(env.config, turn.route)),
