@@ -46,7 +46,7 @@ def test_following_on_wakes_one_turn_with_only_new_headlines(harness: Callable[.
 
 
 def test_burst_during_an_inbox_turn_costs_exactly_one_more_turn(harness: Callable[..., Any]) -> None:
-    h = harness("sleep", "1")
+    h = harness("sleep", "3")  # long enough for the whole burst to land during it
     follow(h, True)
     h.deliver(comment_event(identifier="ENG-1"))
     wait_until(lambda: inbox_runs(h))

@@ -69,7 +69,7 @@ def test_prompt_quotes_events_in_a_fence_they_cannot_close(harness: Callable[...
 
 
 def test_burst_during_a_turn_coalesces_into_one_more_turn(harness: Callable[..., Any]) -> None:
-    h = harness("sleep", "0.6")
+    h = harness("sleep", "3")  # long enough for the whole burst to land during it
     h.deliver(session_event())
     wait_until(lambda: h.runs(), message="first turn started")
     for _ in range(20):
