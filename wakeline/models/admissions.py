@@ -1,11 +1,14 @@
 """The admission transaction: a group of deliveries, one IMMEDIATE transaction.
 
 This is the ingress's hot path, run on the single admission writer thread, so
-its frequent statements are fixed SQL on the connection: building a peewee
-query costs several times what SQLite spends running it. Each delivery runs in
-its own savepoint, so one that fails is rolled back alone. Rare paths (agent
-sessions' bookkeeping, lifecycle changes, stops) reuse the FIFO's methods inside
-the same transaction.
+it is written for few statements: every `execute` releases and re-takes the
+GIL, and under load each re-take waits behind the request threads. A comment
+costs two statements (receipt, inbox message); the follow switch and the
+self-echo evidence are read once per group; fixed SQL on the connection avoids
+peewee's query building. If one delivery fails, the group is rolled back and
+each delivery is admitted alone, so the failing one cannot take its neighbours
+down. Rare paths (agent sessions' bookkeeping, lifecycle changes, stops) reuse
+the FIFO's methods inside the same transaction.
 """
 
 from __future__ import annotations
@@ -26,18 +29,25 @@ from wakeline.models.outbox import Outbox
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, Outcome, TurnResultKind
 from wakeline.providers.linear import replies
+from wakeline.providers.linear.adapter import ParsedDelivery
 from wakeline.routing import AdmissionPlan
 
 log = logging.getLogger(__name__)
 
+
+class _DeliveryFailed(Exception):
+    """One delivery of a group failed; the group's transaction is rolled back."""
+
 FOLLOWING_KEY = "inbox.following"
 
 _FIRST = "SELECT outcome FROM receipts WHERE delivery_id = ? OR body_sha256 = ? LIMIT 1"
-_OWN_EFFECT = "SELECT created_at FROM effects WHERE id = ?"
+_OWN_EFFECTS = "SELECT id, created_at FROM effects WHERE id IN ({marks})"
+# A replay conflicts on delivery_id or body_sha256: nothing is written and rowcount is 0.
 _RECEIPT = (
     "INSERT INTO receipts (delivery_id, body_sha256, event_type, action, received_at, webhook_at,"
-    " outcome, reason, conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " outcome, reason, conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING"
 )
+_RECEIPT_OUTCOME = "UPDATE receipts SET outcome = ?, reason = ?, conversation_id = ? WHERE id = ?"
 _INBOX = (
     "INSERT INTO inbox_messages (receipt_id, received_at, headline, event, size_bytes, wakes)"
     " VALUES (?, ?, ?, ?, ?, ?)"
@@ -96,47 +106,64 @@ class Admissions:
         nothing of the group is written.
         """
         try:
-            with self._db.atomic():
-                conn = self._db.connection()
-                # One read per group is one read per delivery: no switch can commit in between.
-                following = self._following(conn)
-                results = [self._guarded(conn, plan, following) for plan in plans]
-            return results
+            return self._group(plans)
+        except _DeliveryFailed:
+            pass  # rolled back whole: admit each alone, so only the failing one is refused
         except DatabaseError as exc:
             log.warning("admission group failed", extra={"error": exc.__class__.__name__})
             return [Unavailable() for _ in plans]
+        results: list[AdmissionResult | Unavailable] = []
+        for plan in plans:
+            try:
+                results.extend(self._group([plan]))
+            except (_DeliveryFailed, DatabaseError):
+                results.append(Unavailable())
+        return results
+
+    def _group(self, plans: Sequence[AdmissionPlan]) -> list[AdmissionResult | Unavailable]:
+        with self._db.atomic():
+            conn = self._db.connection()
+            # One read per group is one read per delivery: no switch can commit in between.
+            following = self._following(conn)
+            own = self._own_effects(conn, plans)
+            results: list[AdmissionResult | Unavailable] = []
+            for plan in plans:
+                try:
+                    results.append(self._admit(conn, plan, following, own))
+                except Exception as exc:
+                    log.warning(
+                        "admission failed",
+                        extra={"delivery_id": plan.delivery.delivery_id, "error": exc.__class__.__name__},
+                        exc_info=not isinstance(exc, DatabaseError),
+                    )
+                    raise _DeliveryFailed() from exc
+        return results
 
     def _following(self, conn: sqlite3.Connection) -> bool:
         row = conn.execute(_FOLLOWING, (FOLLOWING_KEY,)).fetchone()
         return bool(json.loads(row[0])) if row else self._following_default
 
-    def _guarded(self, conn: sqlite3.Connection, plan: AdmissionPlan,
-                 following: bool) -> AdmissionResult | Unavailable:
-        conn.execute("SAVEPOINT admission")
-        try:
-            result = self._admit(conn, plan, following)
-        except Exception as exc:
-            # This delivery is rolled back alone; failures that abort the whole transaction
-            # (I/O, read-only) resurface at commit for the group.
-            conn.execute("ROLLBACK TO admission")
-            conn.execute("RELEASE admission")
-            log.warning(
-                "admission failed",
-                extra={"delivery_id": plan.delivery.delivery_id, "error": exc.__class__.__name__},
-                exc_info=not isinstance(exc, DatabaseError),
-            )
-            return Unavailable()
-        conn.execute("RELEASE admission")
-        return result
+    @staticmethod
+    def _own_effects(conn: sqlite3.Connection, plans: Sequence[AdmissionPlan]) -> dict[str, int]:
+        """When each of our own writes that the group's events name was prepared."""
+        ids = list({p.delivery.envelope.object_id for p in plans
+                    if isinstance(p.delivery.envelope, DataChange)})
+        if not ids:
+            return {}
+        rows = conn.execute(_OWN_EFFECTS.format(marks=", ".join("?" * len(ids))), ids).fetchall()
+        return {row[0]: row[1] for row in rows}
 
-    def _admit(self, conn: sqlite3.Connection, plan: AdmissionPlan, following: bool) -> AdmissionResult:
+    def _admit(self, conn: sqlite3.Connection, plan: AdmissionPlan, following: bool,
+               own: dict[str, int]) -> AdmissionResult:
         d = plan.delivery
-        first = conn.execute(_FIRST, (d.delivery_id, d.body_sha256)).fetchone()
-        if first is not None:
-            return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first[0]))
-        if self._is_echo(conn, plan):
-            self._receipt(conn, plan, Outcome.SELF_ECHO, "own_write", None)
+        if self._is_echo(plan, own):
+            receipt_id = self._receipt(conn, plan, Outcome.SELF_ECHO, "own_write")
+            if receipt_id is None:
+                return self._duplicate(conn, d)
             return AdmissionResult(Outcome.SELF_ECHO, "own_write")
+        receipt_id = self._receipt(conn, plan, plan.outcome, plan.reason)
+        if receipt_id is None:
+            return self._duplicate(conn, d)
         outcome, reason, effects = plan.outcome, plan.reason, list(plan.effects)
         conv, to_fifo, changed = None, plan.to_fifo, False
         if plan.subject is not None and (plan.to_fifo or plan.lifecycle is not None or plan.route):
@@ -161,7 +188,8 @@ class Admissions:
                 conn.execute("UPDATE conversations SET agent_session_id = ? WHERE id = ?",
                              (session.session_id, conv.id))
         conversation_id = conv.id if conv else None
-        receipt_id = self._receipt(conn, plan, outcome, reason, conversation_id)
+        if (outcome, reason, conversation_id) != (plan.outcome, plan.reason, None):
+            conn.execute(_RECEIPT_OUTCOME, (outcome.value, reason, conversation_id, receipt_id))
         if to_fifo and conv is not None and d.envelope is not None:
             to_fifo = self._enqueue(conn, conv, plan, receipt_id)
             if not to_fifo and session is not None:
@@ -183,7 +211,12 @@ class Admissions:
                                wake_ids=tuple(wake_ids))
 
     @staticmethod
-    def _is_echo(conn: sqlite3.Connection, plan: AdmissionPlan) -> bool:
+    def _duplicate(conn: sqlite3.Connection, d: ParsedDelivery) -> AdmissionResult:
+        first = conn.execute(_FIRST, (d.delivery_id, d.body_sha256)).fetchone()
+        return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first[0]))
+
+    @staticmethod
+    def _is_echo(plan: AdmissionPlan, own: dict[str, int]) -> bool:
         """Exact evidence only: the event names an object whose id we chose for our own write.
 
         Every create wakeline sends carries a client-chosen UUID, recorded before the request
@@ -192,20 +225,18 @@ class Admissions:
         person's edit afterwards is acted on as usual.
         """
         env = plan.delivery.envelope
-        if not isinstance(env, DataChange):
+        if not isinstance(env, DataChange) or env.object_id not in own:
             return False
-        row = conn.execute(_OWN_EFFECT, (env.object_id,)).fetchone()
-        if row is None:
-            return False
-        return env.action == "create" or plan.received_ms - row[0] <= plan.echo_window_ms
+        return env.action == "create" or plan.received_ms - own[env.object_id] <= plan.echo_window_ms
 
     @staticmethod
-    def _receipt(conn: sqlite3.Connection, plan: AdmissionPlan, outcome: Outcome, reason: str | None,
-                 conversation_id: str | None) -> int:
+    def _receipt(conn: sqlite3.Connection, plan: AdmissionPlan, outcome: Outcome,
+                 reason: str | None) -> int | None:
+        """Insert the receipt; None when the delivery id or body was seen before."""
         d = plan.delivery
         cursor = conn.execute(_RECEIPT, (d.delivery_id, d.body_sha256, d.event_type, d.action,
-                              plan.received_ms, d.webhook_ms, outcome.value, reason, conversation_id))
-        return int(cursor.lastrowid)
+                                         plan.received_ms, d.webhook_ms, outcome.value, reason))
+        return int(cursor.lastrowid) if cursor.rowcount == 1 else None
 
     @staticmethod
     def _enqueue(conn: sqlite3.Connection, conv: _Conversation, plan: AdmissionPlan, receipt_id: int) -> bool:
