@@ -1,8 +1,7 @@
 """The store: every transaction wakeline commits, behind one small API.
 
 Callers never see peewee or SQL. Admission is the hot path: `admit` writes a
-whole group of deliveries in one IMMEDIATE transaction, each inside its own
-savepoint so one bad delivery cannot take its neighbours down with it.
+whole group of deliveries in one IMMEDIATE transaction (see `admissions.py`).
 """
 
 from __future__ import annotations
