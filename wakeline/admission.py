@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from dataclasses import dataclass, field
 from typing import Callable
 
 from wakeline.errors import Unavailable
@@ -25,11 +24,26 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
-@dataclass
 class _Ticket:
-    plan: AdmissionPlan
-    done: threading.Event = field(default_factory=threading.Event)
-    result: AdmissionResult | Unavailable | None = None
+    """One plan and its answer. `done` is a bare lock held until the answer is set: a
+    waiter blocks on acquiring it, which costs far less than an Event's condition."""
+
+    __slots__ = ("plan", "done", "result")
+
+    def __init__(self, plan: AdmissionPlan) -> None:
+        self.plan = plan
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.result: AdmissionResult | Unavailable | None = None
+
+    def settle(self, result: AdmissionResult | Unavailable) -> None:
+        """Set the answer and wake the waiter (writer thread)."""
+        self.result = result
+        self.done.release()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until answered (request thread); False after `timeout` seconds."""
+        return self.done.acquire(timeout=timeout)
 
 
 class AdmissionWriter:
@@ -75,7 +89,7 @@ class AdmissionWriter:
             raise Unavailable("shutting down")
         ticket = _Ticket(plan)
         self._queue.put(ticket)
-        if not ticket.done.wait(timeout):
+        if not ticket.wait(timeout):
             raise Unavailable("admission timed out")
         if isinstance(ticket.result, AdmissionResult):
             return ticket.result
@@ -113,8 +127,7 @@ class AdmissionWriter:
             log.exception("admission writer failed")
             results = [Unavailable() for _ in batch]
         for ticket, result in zip(batch, results, strict=True):
-            ticket.result = result
-            ticket.done.set()
+            ticket.settle(result)
         done = [r for r in results if isinstance(r, AdmissionResult)]
         if done and self._on_admitted is not None:
             try:
@@ -129,5 +142,4 @@ class AdmissionWriter:
             except queue.Empty:
                 return
             if isinstance(item, _Ticket):
-                item.result = Unavailable("shutting down")
-                item.done.set()
+                item.settle(Unavailable("shutting down"))

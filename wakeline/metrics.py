@@ -17,6 +17,7 @@ class Metrics:
 
     def __init__(self, depths: Callable[[], Mapping[str, int]] | None = None) -> None:
         self._depths = depths
+        self._by_outcome: dict[str, Counter] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self.deliveries = Counter(
             "wakeline_deliveries",
@@ -44,8 +45,11 @@ class Metrics:
         )
 
     def delivery(self, outcome: str, seconds: float) -> None:
-        """Record one answered webhook."""
-        self.deliveries.labels(outcome=outcome).inc()
+        """Record one answered webhook (the labelled child is looked up once per outcome)."""
+        child = self._by_outcome.get(outcome)
+        if child is None:
+            child = self._by_outcome[outcome] = self.deliveries.labels(outcome=outcome)
+        child.inc()
         self.ack_latency.observe(seconds)
 
     def turn(self, result: str) -> None:
