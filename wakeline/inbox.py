@@ -216,10 +216,7 @@ def _shrink(value: Any, cap: int, items: int | None, top: bool = True) -> Any:
     if isinstance(value, str):
         return _cut(value, cap)
     if isinstance(value, dict):
-        keys = list(value)
-        earlier = _marked(value.get(_ELLIPSIS), _MORE_KEYS) if keys and keys[-1] == _ELLIPSIS else 0
-        if earlier:
-            keys.pop()
+        keys, earlier = _keys_and_marker(value)
         kept = keys if top or items is None else keys[:items]
         out = {k: value[k] if top and k in _KEEP_WHOLE else _shrink(value[k], cap, items, False)
                for k in kept}
@@ -227,8 +224,7 @@ def _shrink(value: Any, cap: int, items: int | None, top: bool = True) -> Any:
             out[_ELLIPSIS] = f"{len(keys) - len(kept) + earlier} more keys"
         return out
     if isinstance(value, list):
-        earlier = _marked(value[-1], _MORE_ITEMS) if value else 0
-        whole = value[:-1] if earlier else value
+        whole, earlier = _items_and_marker(value)
         kept_items = whole if items is None else whole[:items]
         out_list = [_shrink(v, cap, items, False) for v in kept_items]
         if len(kept_items) < len(whole) or earlier:
@@ -245,6 +241,19 @@ def _marked(value: Any, pattern: re.Pattern[str]) -> int:
     """How many entries an earlier cut's marker says it left out (0: not a marker)."""
     match = pattern.match(value) if isinstance(value, str) else None
     return int(match[1]) if match else 0
+
+
+def _keys_and_marker(value: dict[str, Any]) -> tuple[list[str], int]:
+    """An object's keys without an earlier cut's marker, and how many that marker counted."""
+    keys = list(value)
+    earlier = _marked(value[_ELLIPSIS], _MORE_KEYS) if keys and keys[-1] == _ELLIPSIS else 0
+    return (keys[:-1] if earlier else keys), earlier
+
+
+def _items_and_marker(value: list[Any]) -> tuple[list[Any], int]:
+    """An array's items without an earlier cut's marker, and how many that marker counted."""
+    earlier = _marked(value[-1], _MORE_ITEMS) if value else 0
+    return (value[:-1] if earlier else value), earlier
 
 
 def _clip(event: dict[str, Any], max_chars: int) -> dict[str, Any]:
@@ -270,11 +279,7 @@ def _clip(event: dict[str, Any], max_chars: int) -> dict[str, Any]:
             left -= len(keep) + 2
             return keep if len(keep) == len(value) else keep + _ELLIPSIS
         if isinstance(value, dict):
-            keys = list(value)
-            marker = value.get(_ELLIPSIS) if keys and keys[-1] == _ELLIPSIS else None
-            earlier = _marked(marker, _MORE_KEYS)
-            if earlier:
-                keys.pop()
+            keys, earlier = _keys_and_marker(value)
             out: dict[str, Any] = {}
             for key in keys:
                 if left <= 0:
@@ -285,8 +290,7 @@ def _clip(event: dict[str, Any], max_chars: int) -> dict[str, Any]:
                 out[_ELLIPSIS] = f"{len(keys) - len(out) + earlier} more keys"
             return out
         if isinstance(value, list):
-            earlier = _marked(value[-1], _MORE_ITEMS) if value else 0
-            whole = value[:-1] if earlier else value
+            whole, earlier = _items_and_marker(value)
             out_list: list[Any] = []
             for child in whole:
                 if left <= 0:
