@@ -61,9 +61,10 @@ def test_a_turn_that_keeps_ending_with_the_process_stalls(store: Store) -> None:
 
 
 def test_envelope_sizes_count_bytes(store: Store) -> None:
-    cid = admit(store, "i-1", 1_000)
+    cid = admit(store, "i-é-日本", 1_000)  # non-ASCII: bytes and characters differ
     d = store.t.deliveries
     row = d.get(d.conversation_id == cid)
+    assert len(row.envelope.encode("utf-8")) > len(row.envelope)
     assert row.size_bytes == len(row.envelope.encode("utf-8"))
 
 
