@@ -505,6 +505,24 @@ class Server:
         except (OSError, ValueError, IndexError):
             return math.nan
 
+    def thread_stats(self) -> dict[str, tuple[int, int]]:
+        """Per thread of the server: (user + system ticks, context switches) so far."""
+        out: dict[str, tuple[int, int]] = {}
+        task = Path(f"/proc/{self.proc.pid}/task")
+        try:
+            tids = [t.name for t in task.iterdir()]
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                fields = (task / tid / "stat").read_text().rsplit(")", 1)[1].split()
+                status = (task / tid / "status").read_text().splitlines()
+            except OSError:
+                continue  # the thread ended
+            switches = sum(int(line.split(":")[1]) for line in status if "ctxt_switches" in line)
+            out[tid] = (int(fields[11]) + int(fields[12]), switches)
+        return out
+
     def stderr_count(self, needle: str) -> int:
         try:
             return self.err_path.read_text(errors="replace").count(needle)
@@ -636,6 +654,8 @@ class Run:
     signed_late: int
     error_detail: dict[str, int]
     other_cpu: float = 0.0  # CPU seconds of everything else on the machine during the run
+    switches: int = 0  # context switches of the server's threads during the run
+    busiest: tuple[float, ...] = ()  # CPU shares of the server's two busiest threads
 
     @property
     def rate(self) -> float:
@@ -682,6 +702,7 @@ def run_load(server: Server, args: argparse.Namespace, seconds: float, rate_hint
         for _ in workers:
             ready.get(timeout=START_TIMEOUT + 60)
         cpu0 = server.cpu_seconds()
+        threads0 = server.thread_stats()
         busy0 = machine_busy_seconds()
         start_at.value = time.monotonic() + 0.05
         go.set()
@@ -689,6 +710,7 @@ def run_load(server: Server, args: argparse.Namespace, seconds: float, rate_hint
             results.get(timeout=seconds + DRAIN_SECONDS + 30) for _ in workers
         ]
         cpu1 = server.cpu_seconds()
+        threads1 = server.thread_stats()
         busy1 = machine_busy_seconds()
     finally:
         for p in workers:
@@ -725,7 +747,16 @@ def run_load(server: Server, args: argparse.Namespace, seconds: float, rate_hint
         signed_late=sum(r.signed_late for r in collected),
         error_detail=detail,
         other_cpu=max(0.0, (busy1 - busy0) - (cpu1 - cpu0) - sum(r.cpu_seconds for r in collected)),
+        switches=sum(after[1] - threads0.get(tid, (0, 0))[1] for tid, after in threads1.items()),
+        busiest=_busiest(threads0, threads1),
     )
+
+
+def _busiest(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> tuple[float, ...]:
+    """The CPU shares of the two busiest threads (in a server: its loop, A's admission writer)."""
+    ticks = sorted((t[0] - before.get(tid, (0, 0))[0] for tid, t in after.items()), reverse=True)
+    total = sum(ticks)
+    return tuple(t / total for t in ticks[:2]) if total else ()
 
 
 # --- reporting -------------------------------------------------------------------------------
@@ -743,6 +774,9 @@ def describe(run: Run, name: str, title: str) -> str:
     if other > 0.25:
         text += (f"\n{'':<15}note: other processes used {other:.2f} CPUs on average during "
                  "this run: the figures are skewed")
+    text += f"\n{'':<15}context switches/request {run.switches / n:.1f}"
+    if run.busiest:
+        text += "; busiest threads " + ", ".join(f"{share:.0%}" for share in run.busiest) + " of its CPU"
     if run.error_detail:
         text += f"\n{'':<15}errors by kind: {run.error_detail}"
     if run.signed_late:
@@ -769,6 +803,7 @@ def aggregate(runs: list[Run]) -> Run:
         error_detail={k: sum(r.error_detail.get(k, 0) for r in runs)
                       for r0 in runs for k in r0.error_detail},
         other_cpu=sum(r.other_cpu for r in runs),
+        switches=sum(r.switches for r in runs),
     )
 
 
