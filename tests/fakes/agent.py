@@ -57,6 +57,13 @@ def main() -> int:
     if mode == "sleep":
         time.sleep(float(arg or 3600))
         return 0
+    if mode == "sleep-first":  # the conversation's first turn sleeps, later ones answer at once
+        marker = ".fake-agent-ran"
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(float(arg or 3600))
+        print("done")
+        return 0
     if mode == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("ignoring SIGTERM", flush=True)

@@ -210,8 +210,9 @@ class Fifo:
         if turn is None:
             return False
         d = t.deliveries
-        count = d.update(state=DeliveryState.COMPLETED.value, completed_at=now, completion=result.value) \
+        d.update(state=DeliveryState.COMPLETED.value, completed_at=now, completion=result.value) \
             .where((d.turn_id == turn_id) & (d.state == DeliveryState.CLAIMED.value)).execute()
+        count = d.select().where(d.turn_id == turn_id).count()  # also those a Linear stop completed early
         t.turn_results.insert(
             turn_id=turn_id, conversation_id=turn.conversation_id, result=result.value,
             exit_code=exit_code, attempts=turn.attempt, deliveries=count,
@@ -408,20 +409,29 @@ class Fifo:
         ).exists()
 
     def stop_session(self, conversation_id: str, session_id: str, now: int) -> bool:
-        """A stop from Linear: skip the session's pending work; flag its running turn.
+        """A stop from Linear: the session's open work ends as stopped; its turn is flagged.
 
-        Runs inside the admission transaction. Returns True when a running turn
-        carries the session and must be stopped by its actor.
+        The turn may carry other work too (another session's request, a comment):
+        that goes back to pending, in its place in the FIFO, and runs in the next
+        turn. Runs inside the admission transaction. Returns True when a running
+        turn carries the session and must be stopped by its actor.
         """
         d, tt = self._t.deliveries, self._t.turns
-        mine = fn.json_extract(d.envelope, "$.session_id") == session_id
+        session = fn.json_extract(d.envelope, "$.session_id")
+        turn = tt.get_or_none(tt.conversation_id == conversation_id)
+        carried = turn is not None and d.select().where(
+            (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value) & (session == session_id)
+        ).exists()
         d.update(state=DeliveryState.COMPLETED.value, completed_at=now,
                  completion=TurnResultKind.STOPPED.value).where(
-            (d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value) & mine
+            (d.conversation_id == conversation_id) & (session == session_id)
+            & d.state.in_([DeliveryState.PENDING.value, DeliveryState.CLAIMED.value])
         ).execute()
-        turn = tt.get_or_none(tt.conversation_id == conversation_id)
-        if turn is None or not d.select().where((d.turn_id == turn.id) & mine).exists():
+        if turn is None or not carried:
             return False
+        d.update(state=DeliveryState.PENDING.value, turn_id=None).where(
+            (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value)
+        ).execute()
         if turn.state != TurnState.RUNNING:
             # Waiting for a retry or an operator: nothing runs, so it ends here.
             self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")

@@ -77,6 +77,25 @@ def test_stop_signal_stops_the_turn_and_answers(harness: Callable[..., Any]) -> 
     assert h.linear.activities()[1].input["content"]["body"] == "Stopped as requested."
 
 
+def test_a_linear_stop_gives_the_other_session_of_its_turn_a_new_turn(harness: Callable[..., Any]) -> None:
+    h = harness("sleep-first", "3600", max_concurrent_turns=1)
+    h.deliver(session_event(session_id="s-0", issue_id="issue-2", identifier="ENG-2"))
+    wait_until(lambda: h.runs())  # ENG-2 holds the only slot, so both ENG-1 sessions ride one turn
+    h.deliver(session_event(session_id="s-1"))
+    h.deliver(session_event(session_id="s-2"))
+    convs = h.api("GET", "/v1/conversations").json()["conversations"]
+    [blocker] = [c["id"] for c in convs if c["kind"] == "issue" and c["title"].startswith("[ENG-2]")]
+    assert h.api("POST", f"/v1/conversations/{blocker}/stop").status_code == 200
+    wait_until(lambda: [r for r in h.runs() if r["issue"] == "ENG-1"], timeout=15)
+    stop = session_event("prompted", session_id="s-1")
+    stop["agentActivity"] = {"id": "act-stop", "signal": "stop", "content": {"type": "prompt", "body": "stop"}}
+    h.deliver(stop)
+    wait_until(lambda: activity_types(h.linear, "s-2") == ["thought", "response"], timeout=15)
+    assert activity_types(h.linear, "s-1") == ["thought", "response"]
+    first, second = [r for r in h.runs() if r["issue"] == "ENG-1"]
+    assert len(first["headlines"]) == 2 and len(second["headlines"]) == 1
+
+
 def test_exit_codes_become_error_and_elicitation(harness: Callable[..., Any]) -> None:
     for code, kind in ((1, "error"), (2, "elicitation")):
         h = harness("exit", str(code))

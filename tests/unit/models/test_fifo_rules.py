@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tests.unit.models.test_fifo_state_machine import plan_for
+from wakeline.models.envelopes import DataChange, IssueInfo
 from wakeline.models.fifo import MAX_INTERRUPTED_ATTEMPTS
-from wakeline.models.states import DeliveryState, TurnState
+from wakeline.models.states import DeliveryState, TurnResultKind, TurnState
 from wakeline.models.store import Store
 
 
@@ -34,6 +37,47 @@ def test_a_linear_stop_ends_a_turn_that_waits_for_its_retry(store: Store) -> Non
     assert not store.fifo.turn_alive(turn.turn_id)
     d = store.t.deliveries
     assert [r.completion for r in d.select()] == ["stopped"]
+
+
+def comment_plan(issue: str, now: int):  # type: ignore[no-untyped-def]
+    """A comment on the issue, routed into its FIFO (an issue-mode route)."""
+    plan = plan_for(issue, now)
+    envelope = DataChange(event_type="Comment", action="create", object_id=f"c-{now}",
+                          issue=IssueInfo(id=issue, identifier=f"ENG-{issue}", team_key="ENG"))
+    return replace(plan, delivery=replace(plan.delivery, envelope=envelope, event_type="Comment",
+                                          action="create"))
+
+
+def states(store: Store) -> list[tuple[str, str | None]]:
+    d = store.t.deliveries
+    return [(r.state, r.completion) for r in d.select().order_by(d.id)]
+
+
+def test_a_linear_stop_gives_back_the_other_work_its_running_turn_carried(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)  # session s-i-1
+    store.admit([plan_for("i-1", 1_100, session="s-other"), comment_plan("i-1", 1_200)])
+    turn = store.fifo.claim(cid, 1_300)
+    assert turn is not None and len(turn.entries) == 3
+    with store.db.atomic():
+        assert store.fifo.stop_session(cid, "s-i-1", 2_000) is True  # its actor stops the process
+    store.fifo.finalise(turn.turn_id, TurnResultKind.STOPPED, 2_500)
+    assert states(store) == [("completed", "stopped"), ("pending", None), ("pending", None)]
+    again = store.fifo.claim(cid, 3_000)
+    assert again is not None
+    assert [e.seq for e in again.entries] == [e.seq for e in turn.entries[1:]]
+
+
+def test_a_linear_stop_of_a_waiting_turn_gives_back_the_other_work(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    store.admit([plan_for("i-1", 1_100, session="s-other")])
+    turn = store.fifo.claim(cid, 1_300)
+    assert turn is not None
+    store.fifo.fail(turn.turn_id, "boom", 1_400, (60,))
+    with store.db.atomic():
+        assert store.fifo.stop_session(cid, "s-i-1", 2_000) is False
+    assert not store.fifo.turn_alive(turn.turn_id)
+    assert states(store) == [("completed", "stopped"), ("pending", None)]
+    assert store.fifo.claim(cid, 3_000) is not None  # the other session's request runs now
 
 
 def test_a_delivery_received_before_a_committed_reset_belongs_to_the_old_context(store: Store) -> None:

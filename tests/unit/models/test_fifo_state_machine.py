@@ -1,7 +1,7 @@
 """A hypothesis state machine over the FIFO against a simple model.
 
-Rules: admit, claim, finalise, fail, crash (recover), reset, retry, abandon, over
-three conversations. After every step: never two claims in a conversation,
+Rules: admit (two agent sessions per issue), claim, finalise, fail, crash (recover),
+reset, a Linear stop of one session, retry, abandon, over three conversations. After every step: never two claims in a conversation,
 claims are always the oldest unfinished deliveries (no order inversion),
 nothing completed returns, and nothing is lost.
 """
@@ -18,19 +18,20 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from wakeline.clock import SystemClock
-from wakeline.models.envelopes import AgentSession, IssueInfo, Subject
+from wakeline.models.envelopes import AgentSession, IssueInfo, Subject, parse_envelope
 from wakeline.models.states import DeliveryState, Outcome, TurnResultKind, TurnState
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import ParsedDelivery
 from wakeline.routing import AdmissionPlan
 
 ISSUES = ("i-a", "i-b", "i-c")
+SESSIONS = ("one", "two")  # two agent sessions per issue, so a Linear stop can split a turn
 BACKOFF = (0, 0)
 
 
-def plan_for(issue: str, now: int) -> AdmissionPlan:
+def plan_for(issue: str, now: int, session: str | None = None) -> AdmissionPlan:
     delivery_id = str(uuid.uuid4())
-    envelope = AgentSession(action="prompted", session_id=f"s-{issue}",
+    envelope = AgentSession(action="prompted", session_id=session or f"s-{issue}",
                             issue=IssueInfo(id=issue, identifier=f"ENG-{issue}", team_key="ENG"))
     subject = Subject(namespace="linear:org:issue", key=issue)
     parsed = ParsedDelivery(delivery_id=delivery_id, body_sha256=hashlib.sha256(delivery_id.encode()).hexdigest(),
@@ -62,9 +63,9 @@ class FifoMachine(RuleBasedStateMachine):
         t = self.store.t.turns
         return t.get_or_none(t.conversation_id == cid) if cid else None
 
-    @rule(issue=st.sampled_from(ISSUES))
-    def admit(self, issue: str) -> None:
-        [result] = self.store.admit([plan_for(issue, self.tick())])
+    @rule(issue=st.sampled_from(ISSUES), session=st.sampled_from(SESSIONS))
+    def admit(self, issue: str, session: str) -> None:
+        [result] = self.store.admit([plan_for(issue, self.tick(), session=f"s-{issue}-{session}")])
         assert result.outcome is Outcome.ACCEPTED and result.conversation_id
         self.conv[issue] = result.conversation_id
         d = self.store.t.deliveries
@@ -78,7 +79,7 @@ class FifoMachine(RuleBasedStateMachine):
         before = self.turn(issue)
         claimed = self.store.fifo.claim(self.conv[issue], self.tick(), max_deliveries=3)
         if before is not None:
-            if before.state == TurnState.STALLED:
+            if before.state == TurnState.STALLED or before.stop_requested:
                 assert claimed is None
             else:
                 assert claimed is not None and claimed.turn_id == before.id
@@ -92,7 +93,8 @@ class FifoMachine(RuleBasedStateMachine):
         if turn is None or turn.state != TurnState.RUNNING:
             return
         d = self.store.t.deliveries
-        seqs = [r.id for r in d.select(d.id).where(d.turn_id == turn.id)]
+        seqs = [r.id for r in d.select(d.id).where(
+            (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value))]
         assert self.store.fifo.finalise(turn.id, result, self.tick())
         for seq in seqs:
             assert seq not in self.completed
@@ -127,13 +129,30 @@ class FifoMachine(RuleBasedStateMachine):
             self.completed[seq] = "reset"
 
     @precondition(lambda self: self.conv)
+    @rule(issue=st.sampled_from(ISSUES), session=st.sampled_from(SESSIONS))
+    def linear_stop(self, issue: str, session: str) -> None:
+        if issue not in self.conv:
+            return
+        d = self.store.t.deliveries
+        session_id = f"s-{issue}-{session}"
+        mine = [r.id for r in d.select().where(
+            (d.conversation_id == self.conv[issue]) & (d.state != DeliveryState.COMPLETED.value))
+            if parse_envelope(r.envelope).session_id == session_id]  # type: ignore[union-attr]
+        with self.store.db.atomic():
+            self.store.fifo.stop_session(self.conv[issue], session_id, self.tick())
+        for seq in mine:
+            assert seq not in self.completed
+            self.completed[seq] = "stopped"
+
+    @precondition(lambda self: self.conv)
     @rule(issue=st.sampled_from(ISSUES), give_up=st.booleans())
     def operator(self, issue: str, give_up: bool) -> None:
         turn = self.turn(issue)
         if turn is None or turn.state != TurnState.STALLED:
             return
         d = self.store.t.deliveries
-        seqs = [r.id for r in d.select(d.id).where(d.turn_id == turn.id)]
+        seqs = [r.id for r in d.select(d.id).where(
+            (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value))]
         if give_up:
             assert self.store.fifo.abandon(self.conv[issue], self.tick())
             for seq in seqs:
