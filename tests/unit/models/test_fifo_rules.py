@@ -27,18 +27,6 @@ def test_a_waiting_turn_is_not_resumed_before_its_backoff(store: Store) -> None:
     assert store.fifo.claim(cid, 62_000) is not None
 
 
-def test_a_linear_stop_ends_a_turn_that_waits_for_its_retry(store: Store) -> None:
-    cid = admit(store, "i-1", 1_000)
-    turn = store.fifo.claim(cid, 1_000)
-    assert turn is not None
-    store.fifo.fail(turn.turn_id, "boom", 2_000, (60,))
-    with store.db.atomic():
-        assert store.fifo.stop_session(cid, "s-i-1", 3_000) is False
-    assert not store.fifo.turn_alive(turn.turn_id)
-    d = store.t.deliveries
-    assert [r.completion for r in d.select()] == ["stopped"]
-
-
 def comment_plan(issue: str, now: int):  # type: ignore[no-untyped-def]
     """A comment on the issue, routed into its FIFO (an issue-mode route)."""
     plan = plan_for(issue, now)
@@ -67,7 +55,7 @@ def test_a_linear_stop_gives_back_the_other_work_its_running_turn_carried(store:
     assert [e.seq for e in again.entries] == [e.seq for e in turn.entries[1:]]
 
 
-def test_a_linear_stop_of_a_waiting_turn_gives_back_the_other_work(store: Store) -> None:
+def test_a_linear_stop_ends_a_waiting_turn_and_gives_back_its_other_work(store: Store) -> None:
     cid = admit(store, "i-1", 1_000)
     store.admit([plan_for("i-1", 1_100, session="s-other")])
     turn = store.fifo.claim(cid, 1_300)
