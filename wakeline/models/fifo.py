@@ -93,8 +93,12 @@ class Fifo:
             if conv is None:
                 return None
             turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
-            if turn is not None:
+            if turn is not None and not turn.stop_requested:
                 return self._resume(conv, turn, now)
+            if turn is not None:
+                # Linear asked to stop it, and it did not end then (a crash came first): it
+                # ends here, stopped, and the work it gave back is claimed below.
+                self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
             if conv.terminal:
                 return None
             if conv.kind == ConversationKind.INBOX:
@@ -131,10 +135,6 @@ class Fifo:
         if turn.state == TurnState.RETRY and (turn.next_attempt_at or 0) > now:
             return None  # its backoff is not over: a new delivery does not cut it short
         if conv.kind == ConversationKind.INBOX and not self._following():
-            return None
-        if turn.stop_requested:
-            # Linear asked to stop while the turn waited: it ends here, stopped.
-            self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
             return None
         t.turns.update(state=TurnState.RUNNING.value, started_at=now, next_attempt_at=None) \
             .where(t.turns.id == turn.id).execute()

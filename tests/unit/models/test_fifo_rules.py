@@ -55,6 +55,20 @@ def test_a_linear_stop_gives_back_the_other_work_its_running_turn_carried(store:
     assert [e.seq for e in again.entries] == [e.seq for e in turn.entries[1:]]
 
 
+def test_a_stopped_turn_that_a_crash_interrupted_ends_at_its_next_claim(store: Store) -> None:
+    cid = admit(store, "i-1", 1_000)
+    store.admit([plan_for("i-1", 1_100, session="s-other")])
+    turn = store.fifo.claim(cid, 1_300)
+    assert turn is not None
+    with store.db.atomic():
+        assert store.fifo.stop_session(cid, "s-i-1", 2_000) is True
+    store.fifo.recover(3_000)  # the process died before its actor finalised the turn
+    again = store.fifo.claim(cid, 3_000)
+    assert again is not None and again.turn_id != turn.turn_id  # the other session's request
+    results = store.t.turn_results
+    assert [r.result for r in results.select()] == ["stopped"]
+
+
 def test_a_linear_stop_ends_a_waiting_turn_and_gives_back_its_other_work(store: Store) -> None:
     cid = admit(store, "i-1", 1_000)
     store.admit([plan_for("i-1", 1_100, session="s-other")])

@@ -78,8 +78,10 @@ class FifoMachine(RuleBasedStateMachine):
             return
         before = self.turn(issue)
         claimed = self.store.fifo.claim(self.conv[issue], self.tick(), max_deliveries=3)
-        if before is not None:
-            if before.state == TurnState.STALLED or before.stop_requested:
+        if before is not None and before.stop_requested:
+            assert claimed is None or claimed.turn_id != before.id  # it ended, stopped
+        elif before is not None:
+            if before.state == TurnState.STALLED:
                 assert claimed is None
             else:
                 assert claimed is not None and claimed.turn_id == before.id
