@@ -21,6 +21,7 @@ from wakeline.actors.tracker import Tracker
 from wakeline.admission import AdmissionWriter
 from wakeline.clock import Clock, SystemClock
 from wakeline.config import Config
+from wakeline.cpus import pin_to_one_cpu
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
 from wakeline.http.server import Listener
@@ -103,8 +104,10 @@ def build_service(
     *,
     base_env: Mapping[str, str] | None = None,
     tick_seconds: float = TICK_SECONDS,
+    agent_cpus: frozenset[int] | None = None,
 ) -> Service:
-    """Wire a service; nothing runs until `start`."""
+    """Wire a service; nothing runs until `start`. `agent_cpus`: the CPUs agents may use
+    when the service's own threads were confined to one (`cpus.pin_to_one_cpu`)."""
     clock = clock or SystemClock()
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
@@ -127,6 +130,7 @@ def build_service(
         secret_values=secrets.values(),
         api_url=lambda: operator_url[0],
         base_env=dict(os.environ if base_env is None else base_env),
+        agent_cpus=agent_cpus,
     )
     turn_env.on_finished.append(lambda finished: metrics.turn(finished.result.value))
     turn_env.on_failed.append(lambda turn, error: metrics.turn("failed"))
@@ -196,7 +200,9 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     os.umask(0o077)
     secrets = prepare_state(config, environ)
     setup_logging(config.log_level, secrets.values())
-    service = build_service(config, secrets)
+    # Before any thread starts: every thread of the service inherits the one CPU.
+    agent_cpus = pin_to_one_cpu() if config.server.single_cpu else None
+    service = build_service(config, secrets, agent_cpus=agent_cpus)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

@@ -41,6 +41,10 @@ class ServerConfig(_Section):
         8788, ge=0, le=65535, description="Port of the operator API (0 picks a free one)."
     )
     threads: int = Field(8, ge=1, le=256, description="Request threads of each listener.")
+    single_cpu: bool = Field(
+        True, description="Run wakeline's own threads on one CPU (agents keep every CPU): with one "
+        "GIL they never use more, and together their hand-offs are cheap.",
+    )
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=64 * 1_048_576, description="Largest webhook body accepted."
     )

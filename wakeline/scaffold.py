@@ -21,6 +21,7 @@ webhook_port = 8787
 operator_host = "127.0.0.1"     # operator API: keep it on loopback
 operator_port = 8788
 threads = 8
+single_cpu = true               # wakeline's own threads on one CPU; agents keep every CPU
 max_body_bytes = 1048576
 
 [linear]

@@ -29,6 +29,7 @@ def record(prompt: str) -> None:
         "env": sorted(os.environ),
         "cwd": os.getcwd(),
         "pid": os.getpid(),
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "at": time.time(),
     }
     with open(path, "a", encoding="utf-8") as fh:

@@ -78,11 +78,11 @@ def _up(served: Served) -> str | None:
 
 
 @pytest.fixture
-def start_serve(tmp_path: Path) -> Iterator[Callable[[], Served]]:
+def start_serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """Start `wakeline serve` on free loopback ports; the child is killed if a test leaves it up."""
     children: list[Served] = []
 
-    def start() -> Served:
+    def start(extra_config: str = "", extra_env: dict[str, str] | None = None) -> Served:
         ingress_port, operator_port = free_port(), free_port()
         config = tmp_path / "wakeline.toml"
         config.write_text(
@@ -96,13 +96,13 @@ def start_serve(tmp_path: Path) -> Iterator[Callable[[], Served]]:
             "threads = 4\n"
             "[[routes]]\n"
             'name = "eng"\n'
-            'teams = ["ENG"]\n',
+            'teams = ["ENG"]\n' + extra_config,
             encoding="utf-8",
         )
         env = {k: v for k, v in os.environ.items()
                if k not in ("WAKELINE_CONFIG", "WAKELINE_API_URL", "WAKELINE_TOKEN",
                             "WAKELINE_LINEAR_API_KEY")}  # no key: the local backend
-        env.update(WAKELINE_LINEAR_WEBHOOK_SECRET=WEBHOOK_SECRET, PYTHONUNBUFFERED="1")
+        env.update(WAKELINE_LINEAR_WEBHOOK_SECRET=WEBHOOK_SECRET, PYTHONUNBUFFERED="1", **(extra_env or {}))
         stdout = tmp_path / f"serve-{len(children)}.out"
         stderr = tmp_path / f"serve-{len(children)}.err"
         with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -241,3 +241,27 @@ def test_serve_output_never_carries_the_webhook_secret_or_operator_token(
     assert WEBHOOK_SECRET not in output
     assert token not in output
 
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable[..., Served],
+                                                            tmp_path: Path) -> None:
+    """With the default `server.single_cpu`, every thread of serve shares one CPU; agents do not."""
+    allowed = os.sched_getaffinity(0)
+    runs = tmp_path / "agent-runs.jsonl"
+    agent = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
+    served = start_serve(f"[agent]\ncommand = {json.dumps([sys.executable, str(agent), 'ok'])}\n",
+                         {"FAKE_AGENT_LOG": str(runs)})
+    raw, headers = signed(session_event(session_id="s-cpu"), secret=WEBHOOK_SECRET)
+    assert served.post(raw, headers).json()["outcome"] == "accepted"
+    wait_until(lambda: runs.exists() and runs.read_text().strip(), 30, message="the agent ran")
+    assert json.loads(runs.read_text().splitlines()[0])["cpus"] == sorted(allowed)
+    threads = {}
+    for tid in Path(f"/proc/{served.proc.pid}/task").iterdir():
+        try:
+            threads[tid.name] = os.sched_getaffinity(int(tid.name))
+        except ProcessLookupError:
+            pass  # a thread that just ended (the turn's runner)
+    assert len(threads) > 10  # both listeners' threads, the writer, the actors...
+    assert set(map(frozenset, threads.values())) == {frozenset({max(allowed)})}, threads

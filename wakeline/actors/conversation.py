@@ -87,6 +87,7 @@ class TurnEnv:
     kick_tracker: Callable[[], None] = lambda: None
     settled: SettledSignal = field(default_factory=SettledSignal)
     ack_wait_seconds: float = 10.0
+    agent_cpus: frozenset[int] | None = None  # set when the service's own threads share one CPU
 
     def await_replies(self, conversation_id: str) -> None:
         """Block (a runner thread, never an actor) until the conversation's earlier writes
@@ -340,6 +341,7 @@ class ConversationActor(pykka.ThreadingActor):
             }),
             prompt_file=prompt_file,
             before_start=lambda: env.await_replies(turn.conversation_id),
+            cpus=env.agent_cpus,
         )
         me = self.actor_ref.proxy()
 

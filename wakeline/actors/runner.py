@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from wakeline.cpus import spawning_on
+
 log = logging.getLogger(__name__)
 
 STDOUT_MAX_BYTES = 1_048_576
@@ -36,6 +38,7 @@ class TurnSpec:
     env: Mapping[str, str]
     prompt_file: Path
     before_start: Callable[[], None] | None = None
+    cpus: frozenset[int] | None = None  # the CPUs the agent may use; None: this thread's
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ class TurnProcess:
         if spec.before_start is not None:
             spec.before_start()
         try:
-            with self._lock, open(spec.prompt_file, "rb") as stdin:
+            with self._lock, open(spec.prompt_file, "rb") as stdin, spawning_on(spec.cpus):
                 if self._cancelled is not None:
                     return RunOutcome(exit_code=-self._cancelled)
                 self._proc = subprocess.Popen(
