@@ -11,9 +11,12 @@ every CPU the service was given.
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from typing import Iterator
+
+log = logging.getLogger(__name__)
 
 
 def pin_to_one_cpu() -> frozenset[int] | None:
@@ -23,15 +26,20 @@ def pin_to_one_cpu() -> frozenset[int] | None:
     starts, since threads keep the CPUs of the thread that started them.
 
     Returns:
-        The CPUs the thread could use before, for the agents; None when the platform
-        has no CPU affinity or only one CPU is allowed (nothing changed).
+        The CPUs the thread could use before, for the agents; None when nothing
+        changed: the platform has no CPU affinity, only one CPU is allowed, or the
+        call was refused.
     """
     if not hasattr(os, "sched_setaffinity"):
         return None
     allowed = frozenset(os.sched_getaffinity(0))
     if len(allowed) < 2:
         return None
-    os.sched_setaffinity(0, {max(allowed)})
+    try:
+        os.sched_setaffinity(0, {max(allowed)})
+    except OSError as exc:  # a sandbox that forbids it: run as before, only slower
+        log.warning("could not keep to one CPU", extra={"error": exc.__class__.__name__})
+        return None
     return allowed
 
 

@@ -77,3 +77,13 @@ def test_spawning_without_cpus_changes_nothing() -> None:
     with spawning_on(None):
         assert os.sched_getaffinity(0) == before
     assert os.sched_getaffinity(0) == before
+
+
+def test_a_refused_pin_leaves_everything_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(pid: int, cpus: Any) -> None:
+        raise PermissionError("not here")
+
+    before = os.sched_getaffinity(0)
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)  # a sandbox's seccomp filter
+    assert pin_to_one_cpu() is None
+    assert os.sched_getaffinity(0) == before
