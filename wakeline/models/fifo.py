@@ -96,8 +96,8 @@ class Fifo:
             if turn is not None and not turn.stop_requested:
                 return self._resume(conv, turn, now)
             if turn is not None:
-                # Linear asked to stop it, and it did not end then (a crash came first): it
-                # ends here, stopped, and the work it gave back is claimed below.
+                # Linear asked to stop it and it has not ended yet: it ends here, stopped,
+                # and the work it gave back is claimed below.
                 self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
             if conv.terminal:
                 return None
@@ -327,13 +327,16 @@ class Fifo:
                 ) -> list[str]:
         """Startup repair; returns every conversation with work to run.
 
-        Applies reset boundaries, returns orphan claims to pending (sequence
-        unchanged), marks turns that were running as due for a re-run (preparing
-        `rerun_effects(conversation_id, session_ids)` for each), and lists
-        conversations with pending deliveries or due turns.
+        Ends turns Linear asked to stop, applies reset boundaries, returns orphan
+        claims to pending (sequence unchanged), marks turns that were running as due
+        for a re-run (preparing `rerun_effects(conversation_id, session_ids)` for
+        each), and lists conversations with pending deliveries or due turns.
         """
         t, d = self._t, self._t.deliveries
         with self._db.atomic():
+            for turn in t.turns.select().where(t.turns.stop_requested == True):  # noqa: E712
+                # Linear asked to stop it and the crash came first: it ends now, not re-run.
+                self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
             if rerun_effects is not None:
                 for turn in t.turns.select().where((t.turns.state == TurnState.RUNNING.value)
                                                    & (t.turns.attempt < MAX_INTERRUPTED_ATTEMPTS)):

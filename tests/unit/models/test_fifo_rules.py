@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from tests.unit.models.test_fifo_state_machine import plan_for
@@ -55,14 +56,16 @@ def test_a_linear_stop_gives_back_the_other_work_its_running_turn_carried(store:
     assert [e.seq for e in again.entries] == [e.seq for e in turn.entries[1:]]
 
 
-def test_a_stopped_turn_that_a_crash_interrupted_ends_at_its_next_claim(store: Store) -> None:
+def test_a_stopped_turn_that_a_crash_interrupted_ends_at_recovery(store: Store) -> None:
     cid = admit(store, "i-1", 1_000)
     store.admit([plan_for("i-1", 1_100, session="s-other")])
     turn = store.fifo.claim(cid, 1_300)
     assert turn is not None
     with store.db.atomic():
         assert store.fifo.stop_session(cid, "s-i-1", 2_000) is True
-    store.fifo.recover(3_000)  # the process died before its actor finalised the turn
+    # The process died before its actor finalised the turn: it is not re-run.
+    assert store.fifo.recover(3_000, lambda cid, sessions: []) == [cid]
+    assert not store.fifo.turn_alive(turn.turn_id)
     again = store.fifo.claim(cid, 3_000)
     assert again is not None and again.turn_id != turn.turn_id  # the other session's request
     results = store.t.turn_results
@@ -90,6 +93,8 @@ def test_a_delivery_received_before_a_committed_reset_belongs_to_the_old_context
     d = store.t.deliveries
     rows = list(d.select().order_by(d.id))
     assert [(r.state, r.completion) for r in rows] == [("completed", "reset"), ("completed", "reset")]
+    answers = [(e.target, json.loads(e.body)["type"]) for e in store.t.effects.select()]
+    assert answers.count(("s-i-1", "response")) == 2  # the reset's, and the late delivery's own
 
 
 def test_a_turn_that_keeps_ending_with_the_process_stalls(store: Store) -> None:
