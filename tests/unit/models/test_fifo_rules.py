@@ -64,7 +64,7 @@ def test_a_stopped_turn_that_a_crash_interrupted_ends_at_recovery(store: Store) 
     with store.db.atomic():
         assert store.fifo.stop_session(cid, "s-i-1", 2_000) is True
     # The process died before its actor finalised the turn: it is not re-run.
-    assert store.fifo.recover(3_000, lambda cid, sessions: []) == [cid]
+    assert store.fifo.recover(3_000, lambda conversation, sessions: []) == [cid]
     assert not store.fifo.turn_alive(turn.turn_id)
     again = store.fifo.claim(cid, 3_000)
     assert again is not None and again.turn_id != turn.turn_id  # the other session's request

@@ -1,9 +1,10 @@
 """A hypothesis state machine over the FIFO against a simple model.
 
 Rules: admit (two agent sessions per issue), claim, finalise, fail, crash (recover),
-reset, a Linear stop of one session, retry, abandon, over three conversations. After every step: never two claims in a conversation,
-claims are always the oldest unfinished deliveries (no order inversion),
-nothing completed returns, and nothing is lost.
+reset, a Linear stop of one session, retry, abandon, over three conversations. After
+every step: never two claims in a conversation, claims are always the oldest
+unfinished deliveries (no order inversion), nothing completed returns, and nothing is
+lost.
 """
 
 from __future__ import annotations
