@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET
+from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET, comment_event, signed
 from tests.fakes.linear import FakeLinear
 from tests.helpers import free_port
 from wakeline.app import Service, build_service
@@ -292,6 +293,24 @@ def test_a_comment_is_written_once_with_its_recorded_id(running: Callable[..., R
     assert (effect["id"], effect["kind"], effect["state"], effect["target"]) == (
         answer["id"], "comment", "confirmed", "issue-7")
     assert effect["resultIds"] == [answer["id"]]
+
+
+def test_a_comment_created_through_graphql_comes_back_as_a_self_echo(running: Callable[..., Running]) -> None:
+    """An agent commenting on its own issue through the escape hatch does not wake itself."""
+    r = running()
+    query = 'mutation { commentCreate(input: {issueId: "issue-1", body: "Done."}) { success } }'
+    assert r.graphql(query, Lane.WORKER).status_code == 200
+    (sent,) = r.linear.requests
+    object_id = re.search(r'id: "([0-9a-f-]{36})"', sent.body["query"]).group(1)  # type: ignore[union-attr]
+    echo = comment_event()
+    echo["data"]["id"] = object_id
+    raw, headers = signed(echo)
+    answer = requests.post(r.service.ingress.url + "/webhooks/linear", data=raw, headers=headers, timeout=10)
+    assert answer.json() == {"outcome": "self_echo", "reason": "own_write"}
+    someone_else = comment_event()  # any other comment is an ordinary event
+    raw, headers = signed(someone_else)
+    answer = requests.post(r.service.ingress.url + "/webhooks/linear", data=raw, headers=headers, timeout=10)
+    assert answer.json() == {"outcome": "accepted"}
 
 
 def test_a_worker_comments_for_its_conversation_and_a_room_may_not(running: Callable[..., Running]) -> None:

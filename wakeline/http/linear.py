@@ -3,9 +3,12 @@
 `POST /v1/linear/graphql` sends one operation through the tracker, after the
 guard (`providers/linear/graphql_guard.py`) has read it: a mutation needs the
 operator or a worker lane, and a destructive one needs `confirm` to list
-exactly its targets. All of that is decided before anything leaves. The
-tracker's client sends it once and never retries; its errors map to statuses
-in `wakeline.http.errors`.
+exactly its targets. All of that is decided before anything leaves. A
+`commentCreate` or `issueCreate` in it gets an id chosen here, recorded before
+the request leaves, so that the object's webhook comes back as a self-echo and
+an agent commenting on its own issue does not wake itself. The tracker's client
+sends it once and never retries; its errors map to statuses in
+`wakeline.http.errors`.
 
 `POST /v1/linear/comment` goes through the outbox instead, like every write
 wakeline makes on its own: the effect (and the comment's client-chosen id) is
@@ -34,7 +37,7 @@ from wakeline.models.outbox import EffectState
 from wakeline.models.store import Store
 from wakeline.providers.linear import replies
 from wakeline.providers.linear.client import credential_kind
-from wakeline.providers.linear.graphql_guard import Analysis, analyze
+from wakeline.providers.linear.graphql_guard import Analysis, analyze, mark_creates
 from wakeline.tokens import Grant, Lane
 
 if TYPE_CHECKING:
@@ -121,8 +124,10 @@ def check_confirm(analysis: Analysis, confirm: Any) -> None:
 class GraphQL:
     """`POST /v1/linear/graphql` `{query, variables?, operationName?, confirm?}`."""
 
-    def __init__(self, calls: TrackerCalls) -> None:
+    def __init__(self, calls: TrackerCalls, store: Store, clock: Clock) -> None:
         self._calls = calls
+        self._store = store
+        self._clock = clock
 
     @falcon.before(lanes(Lane.OPERATOR, Lane.WORKER, Lane.ROOM))
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -147,10 +152,14 @@ class GraphQL:
             raise LaneRefused("mutations need the operator or a worker lane")
         check_confirm(analysis, body.get("confirm"))
         if analysis.is_mutation:
+            marked = mark_creates(query, variables, operation_name)
+            query, variables = marked.query, marked.variables
+            self._store.record_own_creates(marked.ids, to_ms(self._clock.now()))
             log.info("linear mutation dispatched", extra={
                 "operation": analysis.operation_name,
                 "root_fields": [f.name for f in analysis.root_fields],
                 "targets": analysis.target_list,
+                "creates": list(marked.ids),
                 "lane": grant.lane.value,
                 "conversation_id": grant.conversation_id,
             })
@@ -257,6 +266,6 @@ def add_routes(app: falcon.App, store: Store, clock: Clock, tracker: Any, settle
     """Mount the `/v1/linear/*` resources; `settled` wakes comment writes as the tracker settles them."""
     calls = TrackerCalls(tracker)
     settled = settled or SettledSignal()
-    app.add_route("/v1/linear/graphql", GraphQL(calls))
+    app.add_route("/v1/linear/graphql", GraphQL(calls, store, clock))
     app.add_route("/v1/linear/comment", Comment(store, calls, tracker, settled, clock))
     app.add_route("/v1/linear/connect", Connect(store, calls, secrets, clock))

@@ -41,7 +41,9 @@ class _DeliveryFailed(Exception):
 FOLLOWING_KEY = "inbox.following"
 
 _FIRST = "SELECT outcome FROM receipts WHERE delivery_id = ? OR body_sha256 = ? LIMIT 1"
-_OWN_EFFECTS = "SELECT id, created_at FROM effects WHERE id IN ({marks})"
+# Our own writes: effects, and the objects `linear graphql` mutations created.
+_OWN_WRITES = ("SELECT id, created_at FROM effects WHERE id IN ({marks})"
+               " UNION ALL SELECT id, created_at FROM own_creates WHERE id IN ({marks})")
 # A replay conflicts on delivery_id or body_sha256: nothing is written and rowcount is 0.
 _RECEIPT = (
     "INSERT INTO receipts (delivery_id, body_sha256, event_type, action, received_at, webhook_at,"
@@ -125,7 +127,7 @@ class Admissions:
             conn = self._db.connection()
             # One read per group is one read per delivery: no switch can commit in between.
             following = self._following(conn)
-            own = self._own_effects(conn, plans)
+            own = self._own_writes(conn, plans)
             results: list[AdmissionResult | Unavailable] = []
             for plan in plans:
                 try:
@@ -144,13 +146,13 @@ class Admissions:
         return bool(json.loads(row[0])) if row else self._following_default
 
     @staticmethod
-    def _own_effects(conn: sqlite3.Connection, plans: Sequence[AdmissionPlan]) -> dict[str, int]:
+    def _own_writes(conn: sqlite3.Connection, plans: Sequence[AdmissionPlan]) -> dict[str, int]:
         """When each of our own writes that the group's events name was prepared."""
         ids = list({p.delivery.envelope.object_id for p in plans
                     if isinstance(p.delivery.envelope, DataChange)})
         if not ids:
             return {}
-        rows = conn.execute(_OWN_EFFECTS.format(marks=", ".join("?" * len(ids))), ids).fetchall()
+        rows = conn.execute(_OWN_WRITES.format(marks=", ".join("?" * len(ids))), ids + ids).fetchall()
         return {row[0]: row[1] for row in rows}
 
     def _admit(self, conn: sqlite3.Connection, plan: AdmissionPlan, following: bool,

@@ -170,4 +170,13 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Objects a `linear graphql` mutation creates, with the ids wakeline gave them before it
+    # left (graphql_guard.mark_creates): their webhooks come back as self-echoes, as an
+    # effect's do (decision 0011).
+    [
+        "CREATE TABLE own_creates (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

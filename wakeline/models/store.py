@@ -25,6 +25,8 @@ from wakeline.models.states import DeliveryState, TurnState
 from wakeline.models.tables import Tables, bind_tables
 from wakeline.routing import AdmissionPlan
 
+OWN_CREATES_KEPT_MS = 30 * 24 * 3600 * 1000
+
 log = logging.getLogger(__name__)
 
 __all__ = ["AdmissionResult", "Counts", "Store"]
@@ -119,6 +121,20 @@ class Store:
         """The receipt row of a delivery id, or None."""
         r = self.t.receipts
         return r.select().where(r.delivery_id == delivery_id).first()
+
+    def record_own_creates(self, ids: Sequence[str], now: int) -> None:
+        """Remember the ids a `linear graphql` mutation is about to create, before it leaves.
+
+        Their webhooks are then self-echoes. Linear retries a webhook for hours at most,
+        so a mark older than `OWN_CREATES_KEPT_MS` is dropped.
+        """
+        if not ids:
+            return
+        with self.db.atomic():
+            for object_id in ids:
+                self.db.execute_sql("INSERT INTO own_creates (id, created_at) VALUES (?, ?)"
+                                    " ON CONFLICT (id) DO NOTHING", (object_id, now))
+            self.db.execute_sql("DELETE FROM own_creates WHERE created_at < ?", (now - OWN_CREATES_KEPT_MS,))
 
     # --- settings ------------------------------------------------------------------------
 

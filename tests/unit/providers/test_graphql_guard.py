@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
+from graphql import parse
 
 from wakeline.errors import InvalidQuery, TargetUnnameable
-from wakeline.providers.linear.graphql_guard import OperationKind, analyze, is_destructive
+from wakeline.providers.linear.graphql_guard import (
+    MarkedCreates, OperationKind, analyze, is_destructive, mark_creates,
+)
 
 
 def targets(query: str, variables: dict[str, Any] | None = None, name: str | None = None) -> list[str]:
@@ -275,3 +279,54 @@ def test_a_non_destructive_field_needs_no_nameable_target() -> None:
     a = analyze("mutation ($input: IssueUpdateInput!) { issueUpdate(id: $x, input: $input) { success } }"
                 .replace("$x", '"i-1"'))
     assert a.destructive == ()
+
+
+# --- marking creates -------------------------------------------------------------------------------
+
+
+def test_a_create_without_an_id_gets_one_in_the_query() -> None:
+    marked = mark_creates('mutation { commentCreate(input: {issueId: "i-1", body: "hi"}) { success } }')
+    [object_id] = marked.ids
+    assert uuid.UUID(object_id).version == 4
+    again = parse(marked.query)  # still a valid document, with the id in the input
+    assert f'id: "{object_id}"' in marked.query and again.definitions
+    assert marked.variables is None
+
+
+def test_a_create_through_a_variable_gets_its_id_in_the_variables_only() -> None:
+    query = "mutation C($in: CommentCreateInput!) { commentCreate(input: $in) { success } }"
+    given = {"in": {"issueId": "i-1", "body": "hi"}}
+    marked = mark_creates(query, given)
+    assert marked.query == query
+    assert marked.variables == {"in": {"issueId": "i-1", "body": "hi", "id": marked.ids[0]}}
+    assert given == {"in": {"issueId": "i-1", "body": "hi"}}  # the caller's dict is not changed
+
+
+@pytest.mark.parametrize(("query", "variables"), [
+    ('mutation { issueCreate(input: {id: "mine", teamId: "T", title: "t"}) { success } }', None),
+    ('mutation C($id: String!) { commentCreate(input: {id: $id, issueId: "i", body: "b"}) { success } }',
+     {"id": "mine"}),
+    ("mutation C($in: CommentCreateInput!) { commentCreate(input: $in) { success } }",
+     {"in": {"id": "mine", "issueId": "i", "body": "b"}}),
+])
+def test_an_id_the_caller_chose_is_kept_and_marked(query: str, variables: dict[str, Any] | None) -> None:
+    marked = mark_creates(query, variables)
+    assert marked.ids == ("mine",)
+    assert marked.query == query and marked.variables == variables
+
+
+def test_aliases_and_fragments_are_followed_and_only_the_create_input_changes() -> None:
+    query = ('mutation M { a: commentCreate(input: {issueId: "i", body: "b", extra: {k: 1}}) { success }'
+             ' ...F } fragment F on Mutation { issueCreate(input: {teamId: "T", title: "t"}) { success } }')
+    marked = mark_creates(query)
+    assert len(marked.ids) == 2
+    assert marked.query.count("id: ") == 2 and "extra: { k: 1 }" in marked.query
+
+
+@pytest.mark.parametrize("query", [
+    "query { viewer { id } }",
+    'mutation { issueUpdate(id: "i-1", input: {title: "t"}) { success } }',
+    'mutation { projectCreate(input: {name: "p"}) { success } }',  # its input may not take an id
+])
+def test_queries_and_other_mutations_are_left_alone(query: str) -> None:
+    assert mark_creates(query) == MarkedCreates(query, None, ())

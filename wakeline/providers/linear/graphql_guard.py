@@ -13,25 +13,29 @@ than guessed.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from graphql import GraphQLError, parse
+from graphql import GraphQLError, Visitor, parse, print_ast, visit
 from graphql.language import (
     DocumentNode, FieldNode, FragmentDefinitionNode, FragmentSpreadNode, InlineFragmentNode,
-    IntValueNode, ListValueNode, OperationDefinitionNode, OperationType, SelectionSetNode,
-    StringValueNode, ValueNode, VariableNode,
+    IntValueNode, ListValueNode, NameNode, ObjectFieldNode, ObjectValueNode, OperationDefinitionNode,
+    OperationType, SelectionSetNode, StringValueNode, ValueNode, VariableNode,
 )
 
 from wakeline.errors import InvalidQuery, TargetUnnameable
 
-__all__ = ["Analysis", "OperationKind", "RootField", "analyze", "is_destructive"]
+__all__ = ["Analysis", "MarkedCreates", "OperationKind", "RootField", "analyze", "is_destructive",
+           "mark_creates"]
 
 DESTRUCTIVE_SUFFIXES = ("delete", "archive", "suspend", "revoke", "purge", "trash")
 NOT_DESTRUCTIVE_SUFFIXES = ("unarchive",)
 TARGET_ARGUMENTS = ("id", "ids")
+# Creates whose input takes a client-chosen `id` (wakeline's own comments rely on it).
+CREATES_WITH_CLIENT_ID = ("commentCreate", "issueCreate")
 # Far above any hand-written operation; bounds the parser's work on hostile input.
 MAX_TOKENS = 20_000
 
@@ -122,6 +126,70 @@ def analyze(query: str, variables: Mapping[str, Any] | None = None,
         else:
             fields.append(RootField(real, alias, False))
     return Analysis(kind, name, tuple(fields))
+
+
+@dataclass(frozen=True)
+class MarkedCreates:
+    """A mutation to send instead, and the ids of the objects it creates."""
+
+    query: str
+    variables: dict[str, Any] | None
+    ids: tuple[str, ...]
+
+
+def mark_creates(query: str, variables: Mapping[str, Any] | None = None,
+                 operation_name: str | None = None) -> MarkedCreates:
+    """Give every `commentCreate` and `issueCreate` of a mutation a known id.
+
+    An input that names its `id` keeps it; one without gets a fresh UUID, written into
+    the input object (the query is printed again) or into the input variable. The ids
+    are what the webhooks about these objects will carry, so recording them before the
+    mutation leaves lets admission recognise the echo exactly (decision 0011). Inputs
+    the request alone cannot reach (a variable with only a default) are left as they are.
+    Call it after `analyze` accepted the operation.
+    """
+    document = _parse(query)
+    operation, fragments = _split(document, operation_name)
+    out = dict(variables) if variables is not None else None
+    ids: list[str] = []
+    inject: dict[int, str] = {}  # id() of an input object without an id -> the id it gets
+    if operation.operation is OperationType.MUTATION:
+        for field in _root_fields(operation.selection_set, fragments, ()):
+            if field.name.value not in CREATES_WITH_CLIENT_ID:
+                continue
+            given = next((a.value for a in field.arguments or () if a.name.value == "input"), None)
+            if isinstance(given, ObjectValueNode):
+                known = next((f.value for f in given.fields if f.name.value == "id"), None)
+                if known is None:
+                    ids.append(inject.setdefault(id(given), str(uuid.uuid4())))
+                elif isinstance(known, StringValueNode):
+                    ids.append(known.value)
+                elif isinstance(known, VariableNode) and isinstance((out or {}).get(known.name.value), str):
+                    ids.append((out or {})[known.name.value])
+            elif isinstance(given, VariableNode) and out is not None and isinstance(out.get(given.name.value), dict):
+                value = dict(out[given.name.value])
+                if not isinstance(value.get("id"), str):
+                    value["id"] = str(uuid.uuid4())
+                out[given.name.value] = value
+                ids.append(value["id"])
+    if inject:
+        query = print_ast(visit(document, _AddId(inject)))
+    return MarkedCreates(query, out, tuple(dict.fromkeys(ids)))
+
+
+class _AddId(Visitor):
+    """Adds `id: "<uuid>"` to exactly the input objects chosen (by identity)."""
+
+    def __init__(self, inject: Mapping[int, str]) -> None:
+        super().__init__()
+        self._inject = inject
+
+    def enter_object_value(self, node: ObjectValueNode, *_: Any) -> ObjectValueNode | None:
+        new_id = self._inject.get(id(node))
+        if new_id is None:
+            return None  # unchanged
+        field = ObjectFieldNode(name=NameNode(value="id"), value=StringValueNode(value=new_id))
+        return ObjectValueNode(fields=(*node.fields, field))
 
 
 # --- the document -------------------------------------------------------------------------------
