@@ -168,10 +168,11 @@ def mark_creates(query: str, variables: Mapping[str, Any] | None = None,
                     ids.append((out or {})[known.name.value])
             elif isinstance(given, VariableNode) and out is not None and isinstance(out.get(given.name.value), dict):
                 value = dict(out[given.name.value])
-                if not isinstance(value.get("id"), str):
+                if value.get("id") is None:
                     value["id"] = str(uuid.uuid4())
-                out[given.name.value] = value
-                ids.append(value["id"])
+                    out[given.name.value] = value
+                if isinstance(value["id"], str):
+                    ids.append(value["id"])
     if inject:
         query = print_ast(visit(document, _AddId(inject)))
     return MarkedCreates(query, out, tuple(dict.fromkeys(ids)))
