@@ -82,7 +82,8 @@ def start_serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """Start `wakeline serve` on free loopback ports; the child is killed if a test leaves it up."""
     children: list[Served] = []
 
-    def start(extra_config: str = "", extra_env: dict[str, str] | None = None) -> Served:
+    def start(extra_config: str = "", extra_env: dict[str, str] | None = None,
+              server_extra: str = "") -> Served:
         ingress_port, operator_port = free_port(), free_port()
         config = tmp_path / "wakeline.toml"
         config.write_text(
@@ -93,7 +94,7 @@ def start_serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
             f"webhook_port = {ingress_port}\n"
             'operator_host = "127.0.0.1"\n'
             f"operator_port = {operator_port}\n"
-            "threads = 4\n"
+            "threads = 4\n" + server_extra +
             "[[routes]]\n"
             'name = "eng"\n'
             'teams = ["ENG"]\n' + extra_config,
@@ -245,14 +246,16 @@ def test_serve_output_never_carries_the_webhook_secret_or_operator_token(
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs CPU affinity and two CPUs")
+@pytest.mark.parametrize("single_cpu", [True, False])
 def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable[..., Served],
-                                                            tmp_path: Path) -> None:
-    """With the default `server.single_cpu`, every thread of serve shares one CPU; agents do not."""
+                                                            tmp_path: Path, single_cpu: bool) -> None:
+    """With `server.single_cpu` (the default), every thread of serve shares one CPU; agents never do."""
     allowed = os.sched_getaffinity(0)
     runs = tmp_path / "agent-runs.jsonl"
     agent = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
     served = start_serve(f"[agent]\ncommand = {json.dumps([sys.executable, str(agent), 'ok'])}\n",
-                         {"FAKE_AGENT_LOG": str(runs)})
+                         {"FAKE_AGENT_LOG": str(runs)},
+                         server_extra="" if single_cpu else "single_cpu = false\n")
     raw, headers = signed(session_event(session_id="s-cpu"), secret=WEBHOOK_SECRET)
     assert served.post(raw, headers).json()["outcome"] == "accepted"
     wait_until(lambda: runs.exists() and runs.read_text().strip(), 30, message="the agent ran")
@@ -264,4 +267,5 @@ def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable
         except ProcessLookupError:
             pass  # a thread that just ended (the turn's runner)
     assert len(threads) > 10  # both listeners' threads, the writer, the actors...
-    assert set(map(frozenset, threads.values())) == {frozenset({max(allowed)})}, threads
+    expected = frozenset({max(allowed)}) if single_cpu else frozenset(allowed)
+    assert set(map(frozenset, threads.values())) == {expected}, threads
