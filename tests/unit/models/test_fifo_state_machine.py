@@ -64,6 +64,11 @@ class FifoMachine(RuleBasedStateMachine):
         t = self.store.t.turns
         return t.get_or_none(t.conversation_id == cid) if cid else None
 
+    def claimed_by(self, turn_id: str) -> list[int]:
+        d = self.store.t.deliveries
+        return [r.id for r in d.select(d.id).where(
+            (d.turn_id == turn_id) & (d.state == DeliveryState.CLAIMED.value))]
+
     @rule(issue=st.sampled_from(ISSUES), session=st.sampled_from(SESSIONS))
     def admit(self, issue: str, session: str) -> None:
         [result] = self.store.admit([plan_for(issue, self.tick(), session=f"s-{issue}-{session}")])
@@ -95,9 +100,7 @@ class FifoMachine(RuleBasedStateMachine):
         turn = self.turn(issue)
         if turn is None or turn.state != TurnState.RUNNING:
             return
-        d = self.store.t.deliveries
-        seqs = [r.id for r in d.select(d.id).where(
-            (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value))]
+        seqs = self.claimed_by(turn.id)
         assert self.store.fifo.finalise(turn.id, result, self.tick())
         for seq in seqs:
             assert seq not in self.completed
@@ -153,9 +156,7 @@ class FifoMachine(RuleBasedStateMachine):
         turn = self.turn(issue)
         if turn is None or turn.state != TurnState.STALLED:
             return
-        d = self.store.t.deliveries
-        seqs = [r.id for r in d.select(d.id).where(
-            (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value))]
+        seqs = self.claimed_by(turn.id)
         if give_up:
             assert self.store.fifo.abandon(self.conv[issue], self.tick())
             for seq in seqs:

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from wakeline.models.db import open_database
+
+
+class _Observed:
+    """The writer lock, telling when someone asks for it."""
+
+    def __init__(self, lock: threading.Lock, asked: threading.Event) -> None:
+        self._lock = lock
+        self._asked = asked
+
+    def acquire(self, *args: object, **kwargs: object) -> bool:
+        self._asked.set()
+        return self._lock.acquire(*args, **kwargs)  # type: ignore[arg-type]
+
+    def release(self) -> None:
+        self._lock.release()
 
 
 def test_a_waiting_writer_queues_here_not_in_sqlites_busy_handler(tmp_path: Path) -> None:
@@ -38,9 +52,11 @@ def test_a_waiting_writer_queues_here_not_in_sqlites_busy_handler(tmp_path: Path
     threads = [threading.Thread(target=holder), threading.Thread(target=waiter)]
     threads[0].start()
     assert inside.wait(5)
+    queued = threading.Event()
+    db._writer = _Observed(db._writer, queued)  # type: ignore[attr-defined]
     threads[1].start()
     assert about_to_begin.wait(5)
-    time.sleep(0.2)
+    assert queued.wait(5)  # the waiter asked for the writer lock while the holder still writes
     release.set()
     for t in threads:
         t.join(10)
