@@ -161,3 +161,12 @@ class RequiresConnectedLinear(WakelineError):
     """No Linear credential: the local backend cannot do this."""
 
     code = "requires_connected_linear"
+
+
+# --- workspaces ------------------------------------------------------------------------
+
+
+class WorkspaceFailed(WakelineError):
+    """A conversation's workspace (a directory or a git worktree) could not be prepared."""
+
+    code = "workspace_failed"
