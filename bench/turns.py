@@ -61,12 +61,12 @@ sys.path.insert(0, str(ROOT))
 
 from wakeline.clock import SystemClock  # noqa: E402
 from wakeline.config import parse_config  # noqa: E402
-from wakeline.models.envelopes import AgentSession, IssueInfo, Subject  # noqa: E402
-from wakeline.models.states import Outcome  # noqa: E402
+from wakeline.models.envelopes import AgentSession, InboundDelivery, IssueInfo, Subject  # noqa: E402
+from wakeline.models.plans import AdmissionPlan, Decision, NewConversation  # noqa: E402
+from wakeline.models.states import Outcome, Ownership  # noqa: E402
 from wakeline.models.store import Store  # noqa: E402
-from wakeline.providers.linear.adapter import ISSUE_NAMESPACE, ParsedDelivery  # noqa: E402
+from wakeline.providers.linear.adapter import ISSUE_NAMESPACE  # noqa: E402
 from wakeline.providers.linear.signature import sign  # noqa: E402
-from wakeline.routing import AdmissionPlan  # noqa: E402
 
 HOST = "127.0.0.1"
 SECRET = "bench-turns-webhook-secret-7Qm2Zr9x"
@@ -381,13 +381,13 @@ def plan_for(i: int, now: int, run: str) -> AdmissionPlan:
     envelope = AgentSession(action="created", session_id=f"session-{run}-{i}",
                             organization_id=ORG, issue=info)
     subject = Subject(namespace=ISSUE_NAMESPACE.format(org=ORG), key=issue)
-    parsed = ParsedDelivery(delivery_id=delivery_id,
+    parsed = InboundDelivery(delivery_id=delivery_id,
                             body_sha256=hashlib.sha256(delivery_id.encode()).hexdigest(),
                             event_type="AgentSessionEvent", action="created", webhook_ms=now,
                             envelope=envelope, subject=subject, headline=f"ENG-{i} session created",
                             inbox_event=None)
-    return AdmissionPlan(parsed, now, Outcome.ACCEPTED, subject=subject, route="eng",
-                         title=f"[ENG-{i}] Bench issue {i}", to_fifo=True)
+    new = NewConversation("eng", f"[ENG-{i}] Bench issue {i}", False, Ownership.OWNED)
+    return AdmissionPlan.fixed(parsed, now, Decision(Outcome.ACCEPTED, create=new, to_fifo=True))
 
 
 def populate(child: ServeChild, n: int, batch: int) -> float:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from wakeline.errors import Unavailable
 from wakeline.models.store import AdmissionResult, Store
-from wakeline.routing import AdmissionPlan
+from wakeline.models.plans import AdmissionPlan
 
 log = logging.getLogger(__name__)
 

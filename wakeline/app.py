@@ -11,17 +11,18 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pykka
 
 from wakeline.actors.conversation import TurnEnv
 from wakeline.actors.supervisor import Supervisor
-from wakeline.actors.tracker import Tracker
+from wakeline.actors.tracker import OWNERSHIP_BACKOFF_SECONDS, Tracker
 from wakeline.admission import AdmissionWriter
 from wakeline.clock import Clock, SystemClock
 from wakeline.config import Config
 from wakeline.cpus import pin_to_one_cpu
+from wakeline.errors import ConfigError
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
 from wakeline.http.server import Listener
@@ -31,11 +32,15 @@ from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.client import LinearClient, RequestBudget
+from wakeline.routing import Router
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
 from wakeline.ticker import Ticker
 from wakeline.tokens import TokenRegistry
+from wakeline.workspaces import Workspaces
 
 TICK_SECONDS = 0.5
+# Ownership lookups wait at least 5 s after a failure: every fourth tick is soon enough.
+OWNERSHIP_EVERY_TICKS = 4
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,24 @@ def prepare_state(config: Config, environ: Mapping[str, str]) -> Secrets:
     if not environ.get("WAKELINE_LINEAR_WEBHOOK_SECRET", "").strip():
         create_secret_file(config.path(config.linear.webhook_secret_file), new_token())
     return load_secrets(config, dict(environ))
+
+
+def workspaces_of(config: Config) -> Workspaces:
+    """The conversations' workspaces, under `<state_dir>/workspaces`."""
+    return Workspaces(config.workspaces_path)
+
+
+def check_routes(config: Config, workspaces: Workspaces) -> None:
+    """A route's repository must be a git repository with its base, before anything runs.
+
+    Raises:
+        ConfigError: naming the route's `repo` key and what is wrong.
+    """
+    for index, route in enumerate(config.routes):
+        if route.repo:
+            reason = workspaces.check_repo(config.path(route.repo), route.default_branch)
+            if reason is not None:
+                raise ConfigError(f"routes.{index}.repo", reason)
 
 
 @dataclass
@@ -105,6 +128,7 @@ def build_service(
     base_env: Mapping[str, str] | None = None,
     tick_seconds: float = TICK_SECONDS,
     agent_cpus: frozenset[int] | None = None,
+    ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS,
 ) -> Service:
     """Wire a service; nothing runs until `start`. `agent_cpus`: the CPUs agents may use
     when the service's own threads were confined to one (`cpus.pin_to_one_cpu`)."""
@@ -121,6 +145,7 @@ def build_service(
     metrics = Metrics(depths)
     tokens = TokenRegistry(secrets.operator_token.get_secret_value())
     inbox = Inbox(store)
+    router = Router(config)
     operator_url: list[str] = []
     turn_env = TurnEnv(
         store=store,
@@ -130,6 +155,7 @@ def build_service(
         secret_values=secrets.values(),
         api_url=lambda: operator_url[0],
         base_env=dict(os.environ if base_env is None else base_env),
+        workspaces=workspaces_of(config),
         agent_cpus=agent_cpus,
     )
     turn_env.on_finished.append(lambda finished: metrics.turn(finished.result.value))
@@ -140,10 +166,17 @@ def build_service(
         budget = RequestBudget(config.linear.request_budget_per_hour, clock)
         client = LinearClient(config.linear.api_url, secrets.linear_api_key.get_secret_value(), budget,
                               secrets.values())
-    tracker = Tracker.start(store, client, clock, config.linear.max_concurrent_requests).proxy()
+    def owner_of(team_key: str | None, project_id: str | None) -> tuple[str, bool] | None:
+        route = router.owner(team_key, project_id)
+        return (route.name, route.trust == "public") if route is not None else None
+
+    tracker = Tracker.start(store, client, clock, config.linear.max_concurrent_requests,
+                            owner_of=owner_of,
+                            ownership_backoff_seconds=ownership_backoff_seconds).proxy()
     turn_env.kick_tracker = lambda: tracker.kick()
     tracker.subscribe(turn_env.settled.notify)
     supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
+    tracker.subscribe_ownership(lambda cid: supervisor.wake([cid]))
 
     def admitted(results: list[Any]) -> None:
         woke = [cid for r in results for cid in r.wake_ids]
@@ -151,6 +184,8 @@ def build_service(
             supervisor.wake(woke)
         if any(r.effects or r.wake_ids for r in results):
             tracker.kick()  # lifecycle changes (a closure, a stop) may have prepared answers too
+        if any(r.lookup_ids for r in results):
+            tracker.check_ownership()  # off the ingress path: the tracker asks Linear
 
     writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=admitted)
     webhooks = None
@@ -184,9 +219,14 @@ def build_service(
         name="operator",
     )
     operator_url.append(operator.url)
+    ticks = [0]
+
     def tick() -> None:
         supervisor.tick()
         tracker.kick()
+        ticks[0] += 1
+        if ticks[0] % OWNERSHIP_EVERY_TICKS == 0:
+            tracker.check_ownership()
 
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
@@ -198,6 +238,7 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     # Everything wakeline writes (database, WAL, journal, prompts) is the owner's alone.
     os.umask(0o077)
+    check_routes(config, workspaces_of(config))
     secrets = prepare_state(config, environ)
     setup_logging(config.log_level, secrets.values())
     # Before any thread starts: every thread of the service inherits the one CPU.

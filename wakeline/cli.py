@@ -113,6 +113,8 @@ def serve(ctx: Context) -> None:
     config = ctx.config()
     try:
         code = run(config)
+    except ConfigError as exc:
+        fail(f"config error: {exc.key}: {exc.reason}", EXIT_USAGE)
     except OSError as exc:
         fail(f"cannot serve: {exc}", EXIT_FAILED)
     sys.exit(code)
@@ -124,7 +126,8 @@ def _status_text(data: dict[str, Any]) -> str:
         f"wakeline {data['version']}, up {data['uptimeSeconds']:.0f}s",
         f"following: {'on' if data['following'] else 'off'}",
         f"conversations: {conv['total']} ({conv['running']} running, {conv['stalled']} stalled, "
-        f"{conv['terminal']} terminal)",
+        f"{conv['waitingOwnership']} waiting for ownership, {conv['terminal']} terminal: "
+        f"{conv['completed']} completed, {conv['canceled']} canceled)",
         f"fifo: {fifo['pending']} pending, {fifo['claimed']} claimed",
         f"inbox: {data['inbox']['unread']} unread",
         f"live actors: {data['liveActors']}, threads: {data['threads']}",
@@ -343,12 +346,28 @@ def replay(ctx: Context, file: Path, url: str | None) -> None:
 
 def _conversation_line(c: dict[str, Any]) -> str:
     last = c.get("lastTurn") or {}
-    return (f"{c['id']}  {c['state']:<8} pending {c['pending']:<3} claimed {c['claimed']:<3} "
+    state = f"{c['state']} ({c['outcome']})" if c.get("outcome") else c["state"]
+    return (f"{c['id']}  {state:<8} pending {c['pending']:<3} claimed {c['claimed']:<3} "
             f"last {last.get('result', '-'):<11} {c['title'] or c['subject']['key']}")
 
 
 def _conversation_text(c: dict[str, Any]) -> str:
-    lines = [_conversation_line(c), f"session: {c['session'] or '-'}"]
+    lines = [_conversation_line(c), f"route: {c['route'] or '-'}", f"session: {c['session'] or '-'}"]
+    own = c.get("ownership") or {}
+    if own:
+        line = f"ownership: {own['state']}" + (f", project {own['projectId']}" if own.get("projectId") else "")
+        if own.get("lastError"):
+            line += f" (attempt {own['attempts']} failed: {own['lastError']}; next {own['nextAttemptAt']})"
+        lines.append(line)
+    if c.get("terminalEvidence"):
+        ev = c["terminalEvidence"]
+        lines.append(f"terminal: {c['outcome']} (state {ev['stateId'] or '-'}, done state "
+                     f"{ev['doneStateId'] or 'not configured'})")
+    if c.get("workspace"):
+        ws = c["workspace"]
+        lines.append(f"workspace: branch {ws['branch']}"
+                     + (", cleanup pending" if ws["cleanupPending"] else "")
+                     + (f", kept: {ws['kept']}" if ws.get("kept") else ""))
     if c.get("turn"):
         t = c["turn"]
         lines.append(f"turn: {t['id']} {t['state']} attempt {t['attempt']}"
@@ -374,7 +393,8 @@ def conversations(click_ctx: click.Context, as_json: bool) -> None:
 
 
 @conversations.command("list")
-@click.option("--state", type=click.Choice(["idle", "running", "stalled", "terminal"]))
+@click.option("--state", type=click.Choice(["idle", "running", "stalled", "waiting_ownership",
+                                            "terminal"]))
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @json_option
 @pass_ctx

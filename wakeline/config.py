@@ -127,6 +127,9 @@ class RouteConfig(_Section):
         default_factory=list, description='Project ids whose events wake turns (mode = "issue").'
     )
     repo: str = Field("", description="Optional git repository: one worktree per issue.")
+    default_branch: str = Field(
+        "", description="Branch (or commit) new worktrees start from; empty: the repo's HEAD."
+    )
     command: list[str] | None = Field(
         None, description="Agent argv for this route; defaults to agent.command."
     )
@@ -184,6 +187,11 @@ class Config(_Section):
     def database_path(self) -> Path:
         """The SQLite file."""
         return self.state_path / "wakeline.db"
+
+    @property
+    def workspaces_path(self) -> Path:
+        """Where conversations' workspaces (directories or git worktrees) live."""
+        return self.state_path / "workspaces"
 
     @property
     def operator_token_path(self) -> Path:

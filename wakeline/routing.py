@@ -1,58 +1,177 @@
-"""Decide what an admitted delivery becomes: an inbox message, a FIFO entry, both or neither.
+"""Decide what a verified delivery becomes: inbox message, FIFO entry, both, or neither.
 
-Pure: takes a parsed delivery and the config, returns an `AdmissionPlan` that
-the store commits in one transaction.
+Pure. `Router.plan` turns a delivery into an `AdmissionPlan` whose `decide`
+the admission transaction calls with what it knows of the issue's conversation:
+
+- An event about an issue whose conversation exists goes to that conversation,
+  under the conversation's route. Otherwise the route comes from the issue's team
+  (and, for `mode = "issue"` routes with `projects`, its project).
+- Issue and Comment events wake an issue route's conversation only while the route
+  owns the issue: its project is one of the route's. A signed Issue payload states
+  the project; a Comment does not, so a comment about an issue not seen yet in a
+  project-scoped route creates a conversation whose ownership is pending, and the
+  tracker looks it up before its first turn. Agent sessions are never gated by it.
+- Only Linear's typed workflow state classifies an issue; the terminal outcome is
+  `completed` only when the state is exactly the route's `done_state_id`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from functools import partial
 
 from wakeline.config import Config, RouteConfig
-from wakeline.models.envelopes import AgentSession, DataChange, Subject
-from wakeline.models.outbox import EffectSpec
-from wakeline.models.states import Outcome
+from wakeline.models.envelopes import AgentSession, DataChange, InboundDelivery, IssueInfo
+from wakeline.models.plans import OPEN, AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
+from wakeline.models.states import Ownership, Outcome, TerminalOutcome
 from wakeline.providers.linear import replies
-from wakeline.providers.linear.adapter import ParsedDelivery
 
 # An update touching only these fields moved the issue between projects: no turn.
 PROJECT_BOOKKEEPING = frozenset({"projectId", "addedToProjectAt", "updatedAt"})
+ISSUE_EVENTS = ("Issue", "Comment")
 
 
-@dataclass(frozen=True)
-class AdmissionPlan:
-    """What one delivery's admission transaction writes."""
+class Router:
+    """Routing decisions for one configuration."""
 
-    delivery: ParsedDelivery
-    received_ms: int
-    outcome: Outcome
-    reason: str | None = None
-    subject: Subject | None = None
-    route: str | None = None
-    title: str | None = None
-    to_fifo: bool = False
-    lifecycle: Literal["terminal", "open"] | None = None
-    tainted: bool = False
-    effects: tuple[EffectSpec, ...] = ()
-    stop_session: str | None = None
-    echo_window_ms: int = 90_000
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._routes = {r.name: r for r in config.routes}
+        self._echo_window_ms = config.linear.echo_window_seconds * 1000
+        # Without issue routes, a data-change event can only ever change a conversation's
+        # lifecycle: the hot path skips the conversation read for the rest.
+        self._issue_routes = any(r.mode == "issue" for r in config.routes)
+
+    # --- routes ----------------------------------------------------------------------------
+
+    def route(self, name: str | None) -> RouteConfig | None:
+        """The route of this name, if the config still has it."""
+        return self._routes.get(name) if name else None
+
+    def owner(self, team_key: str | None, project_id: str | None) -> RouteConfig | None:
+        """The first issue route that serves the team and the project (or every project)."""
+        return next((r for r in self._issue_routes_of(team_key)
+                     if not r.projects or project_id in r.projects), None)
+
+    def _issue_routes_of(self, team_key: str | None) -> list[RouteConfig]:
+        return [r for r in self._config.routes if r.mode == "issue" and team_key in r.teams]
+
+    # --- plans -----------------------------------------------------------------------------
+
+    def plan(self, delivery: InboundDelivery, received_ms: int) -> AdmissionPlan:
+        """The plan of one verified delivery."""
+        env = delivery.envelope
+        needs = delivery.subject is not None and env is not None and not delivery.ignore_reason and (
+            isinstance(env, AgentSession) or self._issue_routes or _lifecycle_state(env) is not None)
+        return AdmissionPlan(delivery, received_ms, partial(self.decide, delivery),
+                             needs_conversation=needs, echo_window_ms=self._echo_window_ms)
+
+    def decide(self, delivery: InboundDelivery, conv: ConversationFacts | None) -> Decision:
+        """What the delivery becomes, given its issue's conversation (or None)."""
+        env = delivery.envelope
+        if env is None or delivery.ignore_reason:
+            return Decision(Outcome.IGNORED, delivery.ignore_reason)
+        if isinstance(env, AgentSession):
+            return self._session(delivery, env, conv)
+        return self._change(delivery, env, conv)
+
+    def _session(self, d: InboundDelivery, env: AgentSession, conv: ConversationFacts | None
+                 ) -> Decision:
+        team = env.issue.team_key if env.issue else None
+        route = (self.route(conv.route) if conv else None) or self._config.route_for_team(team)
+        if d.subject is None or route is None:
+            reason = "no_issue" if d.subject is None else "team_not_routed"
+            refusal = () if env.action != "created" else (
+                replies.activity(env.session_id, "error", replies.NOT_CONNECTED),)
+            return Decision(Outcome.IGNORED, reason, effects=refusal)
+        create = NewConversation(route.name, _title(env.issue), route.trust == "public",
+                                 Ownership.OWNED)
+        if env.is_stop:
+            # A stop is lifecycle only: it never becomes a turn of its own.
+            return Decision(Outcome.ACCEPTED, create=create, stop_session=env.session_id,
+                            effects=(replies.activity(env.session_id, "response", replies.STOPPED),))
+        if conv is not None and conv.terminal:
+            # A terminal conversation takes no new turns until Linear reopens the issue.
+            return Decision(Outcome.IGNORED, "terminal",
+                            effects=(replies.activity(env.session_id, "error", replies.CLOSED),))
+        ack = (replies.activity(env.session_id, "thought", replies.ACK),) \
+            if env.action == "created" else ()
+        return Decision(
+            Outcome.ACCEPTED, create=create, to_fifo=True, effects=ack, session_id=env.session_id,
+            unknown_session_reply=replies.ACK_REPLY if env.action == "prompted" else None,
+            reset_reply=replies.RESET_REPLY,
+        )
+
+    def _change(self, d: InboundDelivery, env: DataChange, conv: ConversationFacts | None
+                ) -> Decision:
+        issue = env.issue
+        if env.event_type not in ISSUE_EVENTS or issue is None or d.subject is None:
+            return Decision(Outcome.ACCEPTED)
+        lifecycle_state = _lifecycle_state(env)
+        if conv is None:
+            return self._first_change(env, issue, lifecycle_state)
+        route, ownership, move = self.route(conv.route), conv.ownership, None
+        if issue.project_known and (route is None or route.mode == "issue"):
+            # The signed payload states the project: the owning route follows it.
+            owner = self.owner(issue.team_key, issue.project_id)
+            if owner is not None:
+                route, ownership = owner, Ownership.OWNED
+            else:
+                ownership = Ownership.NOT_OWNED
+            if (route.name if route else None, ownership, issue.project_id) != \
+                    (conv.route, conv.ownership, conv.project_id):
+                move = Move(route.name if route else None, ownership, issue.project_id,
+                            tainted=bool(route and route.trust == "public"))
+        lifecycle = self._lifecycle(env, lifecycle_state, route)
+        terminal = isinstance(lifecycle, Terminal) or (conv.terminal and lifecycle is None)
+        reason = _ignore_reason(env, route)
+        wakes = (route is not None and route.mode == "issue" and ownership != Ownership.NOT_OWNED
+                 and reason is None and env.action != "remove")
+        if wakes and terminal and not isinstance(lifecycle, Terminal):
+            # A comment about a closed issue: recorded, no turn until Linear reopens it.
+            return Decision(Outcome.IGNORED, "terminal", move=move)
+        return Decision(Outcome.IGNORED if reason else Outcome.ACCEPTED, reason, move=move,
+                        to_fifo=wakes and not terminal, lifecycle=lifecycle,
+                        retire_reply=replies.RETIRED_REPLY)
+
+    def _first_change(self, env: DataChange, issue: IssueInfo, lifecycle_state: str | None
+                      ) -> Decision:
+        """An Issue or Comment event about an issue with no conversation yet."""
+        candidates = self._issue_routes_of(issue.team_key)
+        if not candidates or lifecycle_state == "terminal" or env.action == "remove":
+            return Decision(Outcome.ACCEPTED)
+        if issue.project_known:
+            owner = self.owner(issue.team_key, issue.project_id)
+            if owner is None:
+                return Decision(Outcome.ACCEPTED)  # another project's issue: the inbox only
+            route, ownership = owner, Ownership.OWNED
+        else:
+            # A Comment states no project: the first candidate holds it until the lookup.
+            route = candidates[0]
+            ownership = Ownership.PENDING if route.projects else Ownership.OWNED
+        reason = _ignore_reason(env, route)
+        if reason == "proposed_state":
+            return Decision(Outcome.IGNORED, reason)  # a proposal authorises no work
+        create = NewConversation(route.name, _title(issue), route.trust == "public", ownership,
+                                 issue.project_id)
+        return Decision(Outcome.IGNORED if reason else Outcome.ACCEPTED, reason, create=create,
+                        to_fifo=reason is None)
+
+    @staticmethod
+    def _lifecycle(env: DataChange, state: str | None, route: RouteConfig | None
+                   ) -> Terminal | str | None:
+        """Terminal intent with its evidence, an explicit open state, or no change."""
+        if state != "terminal":
+            return OPEN if state == "open" else None
+        # Completed only on the exact Done state of the route; any other terminal state
+        # (canceled, duplicate, another completed-type state) cancels.
+        state_id = env.issue.state.id if env.issue and env.issue.state else None
+        done = route.done_state_id if route else ""
+        completed = bool(done) and state_id == done
+        return Terminal(TerminalOutcome.COMPLETED if completed else TerminalOutcome.CANCELED,
+                        state_id, done or None)
 
 
-def plan_admission(delivery: ParsedDelivery, config: Config, received_ms: int) -> AdmissionPlan:
-    """Route one verified delivery."""
-    envelope = delivery.envelope
-    if envelope is None or delivery.ignore_reason:
-        plan = AdmissionPlan(delivery, received_ms, Outcome.IGNORED, delivery.ignore_reason)
-    elif isinstance(envelope, AgentSession):
-        plan = _plan_session(delivery, envelope, config, received_ms)
-    else:
-        plan = _plan_change(delivery, envelope, config, received_ms)
-    return replace(plan, echo_window_ms=config.linear.echo_window_seconds * 1000)
-
-
-def _title(envelope: DataChange | AgentSession) -> str | None:
-    issue = envelope.issue
+def _title(issue: IssueInfo | None) -> str | None:
     if issue is None:
         return None
     if issue.identifier and issue.title:
@@ -60,77 +179,34 @@ def _title(envelope: DataChange | AgentSession) -> str | None:
     return issue.identifier or issue.title
 
 
-def _plan_session(
-    delivery: ParsedDelivery, envelope: AgentSession, config: Config, received_ms: int
-) -> AdmissionPlan:
-    route = config.route_for_team(envelope.issue.team_key if envelope.issue else None)
-    if delivery.subject is None or route is None:
-        reason = "no_issue" if delivery.subject is None else "team_not_routed"
-        refusal = () if envelope.action != "created" else (
-            replies.activity(envelope.session_id, "error", replies.NOT_CONNECTED),)
-        return AdmissionPlan(delivery, received_ms, Outcome.IGNORED, reason, effects=refusal)
-    if envelope.is_stop:
-        # A stop is lifecycle only: it never becomes a turn of its own.
-        return AdmissionPlan(
-            delivery, received_ms, Outcome.ACCEPTED, subject=delivery.subject, route=route.name,
-            stop_session=envelope.session_id,
-            effects=(replies.activity(envelope.session_id, "response", replies.STOPPED),),
-        )
-    ack = (replies.activity(envelope.session_id, "thought", replies.ACK),) \
-        if envelope.action == "created" else ()
-    return _routed(delivery, envelope, route, received_ms, to_fifo=True, effects=ack)
+def _lifecycle_state(env: DataChange | AgentSession) -> str | None:
+    """`terminal` or `open` for an Issue event with a typed state, else None.
 
-
-def _routed(delivery: ParsedDelivery, envelope: DataChange | AgentSession, route: RouteConfig,
-            received_ms: int, **fields: object) -> AdmissionPlan:
-    """An accepted plan for a routed issue conversation."""
-    return AdmissionPlan(
-        delivery, received_ms, Outcome.ACCEPTED, subject=delivery.subject, route=route.name,
-        title=_title(envelope), tainted=route.trust == "public", **fields,  # type: ignore[arg-type]
-    )
-
-
-def _lifecycle(envelope: DataChange) -> Literal["terminal", "open"] | None:
-    # Only Linear's typed state classifies: a display name like "Done" never does.
-    state = envelope.issue.state if envelope.issue else None
-    if envelope.event_type != "Issue" or state is None or state.type is None:
+    Only Linear's typed state classifies: a display name like "Done" never does, and an
+    event without a state never changes the lifecycle.
+    """
+    if not isinstance(env, DataChange) or env.event_type != "Issue" or env.issue is None:
+        return None
+    state = env.issue.state
+    if state is None or state.type is None:
         return None
     return "terminal" if state.terminal else "open"
 
 
-def _issue_route(envelope: DataChange, config: Config) -> RouteConfig | None:
-    if envelope.event_type not in ("Issue", "Comment") or envelope.issue is None:
+def _ignore_reason(env: DataChange, route: RouteConfig | None) -> str | None:
+    """Why an Issue event that would otherwise wake is recorded without a turn."""
+    if env.event_type != "Issue" or route is None:
         return None
-    route = config.route_for_team(envelope.issue.team_key)
-    if route is None or route.mode != "issue":
-        return None
-    if route.projects and envelope.issue.project_id not in route.projects:
-        return None
-    return route
+    state = env.issue.state if env.issue else None
+    if env.action == "create" and route.proposed_state_id and state is not None \
+            and state.id == route.proposed_state_id:
+        return "proposed_state"
+    if env.action == "update" and "projectId" in env.updated_fields \
+            and set(env.updated_fields) <= PROJECT_BOOKKEEPING:
+        return "project_bookkeeping"
+    return None
 
 
-def _wakes(envelope: DataChange, route: RouteConfig) -> bool:
-    if envelope.action == "remove":
-        return False
-    if envelope.event_type == "Issue" and envelope.action == "create":
-        state = envelope.issue.state if envelope.issue else None
-        # Creating a proposal does not authorise work on it.
-        if route.proposed_state_id and state is not None and state.id == route.proposed_state_id:
-            return False
-    if envelope.event_type == "Issue" and envelope.action == "update":
-        if envelope.updated_fields and set(envelope.updated_fields) <= PROJECT_BOOKKEEPING:
-            return False
-    return True
-
-
-def _plan_change(
-    delivery: ParsedDelivery, envelope: DataChange, config: Config, received_ms: int
-) -> AdmissionPlan:
-    lifecycle = _lifecycle(envelope)
-    route = _issue_route(envelope, config)
-    if route is None or delivery.subject is None:
-        # Not a turn, but a lifecycle change still reaches an existing conversation.
-        return AdmissionPlan(delivery, received_ms, Outcome.ACCEPTED, subject=delivery.subject,
-                             lifecycle=lifecycle)
-    return _routed(delivery, envelope, route, received_ms, lifecycle=lifecycle,
-                   to_fifo=lifecycle != "terminal" and _wakes(envelope, route))
+def plan_admission(delivery: InboundDelivery, config: Config, received_ms: int) -> AdmissionPlan:
+    """The plan of one delivery under `config` (a one-off `Router`)."""
+    return Router(config).plan(delivery, received_ms)

@@ -26,6 +26,8 @@ def record(prompt: str) -> None:
         "issue": os.environ.get("WAKELINE_ISSUE_IDENTIFIER"),
         "headlines": [l[2:] for l in prompt.splitlines() if l.startswith("- ")],
         "prompts": re.findall(r'"prompt": "([^"]+)"', prompt),
+        "comments": re.findall(r'"comment": "([^"]+)"', prompt),
+        "public": "route is public" in prompt,
         "env": sorted(os.environ),
         "cwd": os.getcwd(),
         "pid": os.getpid(),
@@ -91,6 +93,11 @@ def main() -> int:
             except urllib.error.HTTPError as err:
                 codes[f"{method} {path}"] = err.code
         print(json.dumps(codes))
+        return 0
+    if mode == "touch":  # leave an untracked file in the workspace, then answer
+        with open(arg or "agent-notes.txt", "w", encoding="utf-8") as fh:
+            fh.write("work in progress\n")
+        print("done")
         return 0
     if mode == "kill-self":
         os.kill(os.getpid(), signal.SIGKILL)

@@ -41,6 +41,8 @@ class FakeLinear:
     requests: list[Recorded] = field(default_factory=list)
     handler: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     delays: dict[str, float] = field(default_factory=dict)  # extra seconds when the body holds the key
+    # issue id -> {"project": id | None, "team": key, "state": {"id", "type"}}; others: not found
+    issues: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -114,7 +116,22 @@ class FakeLinear:
             return {"data": {"commentCreate": {"success": True, "comment": {"id": data.get("id")}}}}
         if "viewer" in query:
             return {"data": {"viewer": {"id": "app-user-1", "name": "wakeline app"}}}
+        if "issue(id:" in query:
+            issue_id = (body.get("variables") or {}).get("id")
+            found = self.issues.get(str(issue_id))
+            if found is None:
+                return {"data": None, "errors": [{"message": "Entity not found: Issue",
+                                                   "extensions": {"code": "INPUT_ERROR"}}]}
+            project = found.get("project")
+            return {"data": {"issue": {"id": issue_id, "project": {"id": project} if project else None,
+                                       "team": {"key": found.get("team", "OPS")},
+                                       "state": found.get("state", {"id": "state-todo",
+                                                                    "type": "unstarted"})}}}
         return {"data": {}}
+
+    def lookups(self) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if "WakelineIssueOwner" in r.query]
 
     def activities(self) -> list[Recorded]:
         with self._lock:

@@ -1,10 +1,13 @@
 """`kill -9` of `wakeline serve` mid-turn and mid-finalisation loses and doubles nothing.
 
-100 deliveries over 10 issues go to a real `wakeline serve` child whose agent
-takes a little while; the server is SIGKILLed twice at random moments and
-restarted. Unacknowledged deliveries are re-sent with the same delivery id, as
-Linear retries. In the end every acknowledged delivery is completed exactly
-once, and each issue's deliveries reached the agent in order.
+Deliveries go to a real `wakeline serve` child whose agent takes a little
+while: agent-session prompts on 10 issues of a team-wide route, and comments on
+4 issues of a project-scoped issue route (two of them announced by an Issue
+payload naming the project, two known only from their comments, so the tracker
+looks their project up in a fake Linear). The server is SIGKILLed twice at
+random moments and restarted. Unacknowledged deliveries are re-sent with the
+same delivery id, as Linear retries. In the end every acknowledged delivery is
+completed exactly once, and each issue's deliveries reached the agent in order.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import session_event, signed
+from tests.conftest import LINEAR_KEY, comment_event, issue_event, session_event, signed
+from tests.fakes.linear import FakeLinear
 from tests.helpers import free_port, wait_until
 
 pytestmark = pytest.mark.slow
@@ -31,12 +35,13 @@ pytestmark = pytest.mark.slow
 AGENT = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
 SECRET = "crash-test-webhook-secret-5Jd8Qw"
 ISSUES, PER_ISSUE = 10, 10
+OPS_ISSUES, PROJECT = 4, "project-p"
 
 
 class Server:
     """Starts and kills `wakeline serve` children on fixed ports and one state dir."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, linear_url: str) -> None:
         self.root = root
         self.webhook_port, self.operator_port = free_port(), free_port()
         self.config = root / "wakeline.toml"
@@ -46,10 +51,13 @@ class Server:
             f"operator_port = {self.operator_port}\nthreads = 4\n"
             f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), 'sleep', '0.15'])}\n"
             f"max_concurrent_turns = 4\n"
+            f'[linear]\napi_url = "{linear_url}"\n'
             f'[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
+            f'[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\nprojects = ["{PROJECT}"]\n'
         )
         self.log = root / "agent.jsonl"
-        self.env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET, "FAKE_AGENT_LOG": str(self.log)}
+        self.env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET, "FAKE_AGENT_LOG": str(self.log),
+                    "WAKELINE_LINEAR_API_KEY": LINEAR_KEY}
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.webhook_port}/webhooks/linear"
 
@@ -76,19 +84,37 @@ class Server:
             self.proc.wait(timeout=30)
 
 
+def _body(i: int, n: int) -> dict[str, Any]:
+    """Delivery n of issue i: a session prompt (ENG), or a comment or an Issue create (OPS)."""
+    if i < ISSUES:
+        body = session_event("prompted", session_id=f"s{i}", issue_id=f"issue-{i}", identifier=f"ENG-{i}")
+        body["agentActivity"] = {"id": f"a-{i}-{n}", "content": {"type": "prompt", "body": f"msg-{i}-{n}"}}
+        return body
+    if n < 0:  # announced by a signed Issue payload that names the project
+        body = issue_event(f"issue-{i}", f"OPS-{i}", "create")
+        body["data"]["projectId"] = PROJECT
+        return body
+    body = comment_event(f"issue-{i}", f"OPS-{i}")
+    body["data"]["issue"]["team"] = {"key": "OPS"}
+    body["data"]["body"] = f"msg-{i}-{n}"
+    return body
+
+
 def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
     rng = random.Random(7)
-    server = Server(tmp_path)
+    ops = range(ISSUES, ISSUES + OPS_ISSUES)
+    linear = FakeLinear(issues={f"issue-{i}": {"project": PROJECT, "team": "OPS"} for i in ops}).start()
+    server = Server(tmp_path, linear.url)
     server.start()
-    work = [(i, n) for n in range(PER_ISSUE) for i in range(ISSUES)]
+    work = [(i, -1) for i in ops if i % 2 == 0]
+    work += [(i, n) for n in range(PER_ISSUE) for i in [*range(ISSUES), *ops]]
     acknowledged: dict[str, tuple[int, int]] = {}
     done = threading.Event()
 
     def send_all() -> None:
         session = requests.Session()
         for i, n in work:
-            body = session_event("prompted", session_id=f"s{i}", issue_id=f"issue-{i}", identifier=f"ENG-{i}")
-            body["agentActivity"] = {"id": f"a-{i}-{n}", "content": {"type": "prompt", "body": f"msg-{i}-{n}"}}
+            body = _body(i, n)
             delivery = f"d-{i}-{n}"
             while True:  # as Linear does: retry until acknowledged
                 raw, headers = signed(body, delivery=delivery, secret=SECRET)
@@ -113,11 +139,12 @@ def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
             server.start()
         sender.join(timeout=120)
         assert done.is_set(), "the sender did not finish"
-        wait_until(lambda: _drained(server), timeout=120, message="all work completed")
+        wait_until(lambda: _drained(server, len(work)), timeout=120, message="all work completed")
     finally:
         server.stop()
+        linear.stop()
 
-    assert len(acknowledged) == ISSUES * PER_ISSUE
+    assert len(acknowledged) == len(work)
     db = sqlite3.connect(tmp_path / "state" / "wakeline.db")
     rows = db.execute(
         "SELECT r.delivery_id, d.state, d.completion, d.turn_id FROM receipts r "
@@ -132,14 +159,17 @@ def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
 
     seen: dict[str, list[int]] = {}
     for run in _runs(server.log):
-        for prompt in run["prompts"]:
+        for prompt in run["prompts"] + run["comments"]:
             _, i, n = prompt.split("-")
             order = seen.setdefault(i, [])
             if int(n) not in order:
                 order.append(int(n))
+    assert len(seen) == ISSUES + OPS_ISSUES, "an issue's work never reached the agent"
     for i, order in seen.items():
         assert order == sorted(order), f"issue {i} saw its deliveries out of order: {order}"
         assert order == list(range(PER_ISSUE))
+    lookups = {r.body["variables"]["id"] for r in linear.lookups()}
+    assert lookups == {f"issue-{i}" for i in ops if i % 2}, "only unannounced issues are looked up"
 
 
 def _reachable(server: Server) -> bool:
@@ -159,11 +189,11 @@ def _agent_runs(log: Path) -> int:
     return len(_runs(log))
 
 
-def _drained(server: Server) -> bool:
+def _drained(server: Server, expected: int) -> bool:
     db = sqlite3.connect(server.root / "state" / "wakeline.db", timeout=5)
     try:
         open_count = db.execute("SELECT COUNT(*) FROM deliveries WHERE state != 'completed'").fetchone()[0]
         total = db.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0]
     finally:
         db.close()
-    return open_count == 0 and total == ISSUES * PER_ISSUE
+    return open_count == 0 and total == expected

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pykka
 
 from wakeline.clock import Clock, to_ms
-from wakeline.config import Config
+from wakeline.config import Config, RouteConfig
 from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec
 from wakeline.models.fifo import ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
@@ -30,6 +30,7 @@ from wakeline.prompts import prompt_for
 from wakeline.providers.linear import replies
 from wakeline.secrets import create_secret_file
 from wakeline.tokens import Lane, TokenRegistry
+from wakeline.workspaces import Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class TurnEnv:
     secret_values: list[str]
     api_url: Callable[[], str]
     base_env: Mapping[str, str]
+    workspaces: Workspaces
     backoff_seconds: Sequence[int] = (5, 30, 120, 600)
     kill_grace_seconds: float = 10.0
     on_finished: list[Callable[[FinishedTurn], None]] = field(default_factory=list)
@@ -99,10 +101,28 @@ class TurnEnv:
         finally:
             self.store.close()
 
-    @property
-    def workspaces(self) -> Path:
-        """Per-conversation working directories."""
-        return self.config.state_path / "workspaces"
+    def route(self, name: str | None) -> RouteConfig | None:
+        """The configured route of this name."""
+        return next((r for r in self.config.routes if r.name == name), None)
+
+    def repo_of(self, route: RouteConfig | None) -> Path | None:
+        """The route's git repository, resolved against the config file, or None."""
+        return self.config.path(route.repo) if route is not None and route.repo else None
+
+    def prepare_workspace(self, turn: ClaimedTurn) -> Path:
+        """The turn's workspace, made ready on the runner thread; a new branch is recorded
+        before the agent works on it, so a later turn (or a cleanup) finds it."""
+        route = self.route(turn.route)
+        placement = self.workspaces.prepare(
+            turn.conversation_id, repo=self.repo_of(route),
+            base=route.default_branch if route else "", identifier=turn.issue_identifier,
+            title=issue_title(turn), branch=turn.workspace_branch)
+        if placement.branch != turn.workspace_branch and placement.branch is not None:
+            try:
+                self.store.conversations.record_workspace(turn.conversation_id, placement.branch)
+            finally:
+                self.store.close()
+        return placement.path
 
     @property
     def prompts(self) -> Path:
@@ -201,7 +221,7 @@ class ConversationActor(pykka.ThreadingActor):
     def reset(self) -> dict[str, Any]:
         """A clear boundary now: new session, earlier work completed as reset, the turn stopped."""
         now = to_ms(self._env.clock.now())
-        outcome = self._env.store.fifo.reset(self.conversation_id, now)
+        outcome = self._env.store.fifo.reset(self.conversation_id, now, replies.RESET_REPLY)
         if self._running is not None and self._running.stop_reason is None:
             self._request_stop(TurnResultKind.RESET)
         return {"sessionId": outcome.session_id if outcome else None,
@@ -317,8 +337,6 @@ class ConversationActor(pykka.ThreadingActor):
 
     def _start(self, turn: ClaimedTurn) -> None:
         env = self._env
-        workspace = env.workspaces / turn.conversation_id
-        workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         prompt_file = env.prompts / f"{turn.turn_id}.{turn.attempt}.prompt"
         prompt_file.unlink(missing_ok=True)
         create_secret_file(prompt_file, prompt_for(turn, env.secret_values), newline=False,
@@ -329,7 +347,7 @@ class ConversationActor(pykka.ThreadingActor):
         spec = TurnSpec(
             turn_id=turn.turn_id,
             argv=tuple(agent_argv(env.config, turn.route)),
-            cwd=workspace,
+            cwd=env.workspaces.path_of(turn.conversation_id),
             env=agent_environment(env.base_env, env.secret_values, {
                 "WAKELINE_CONVERSATION_ID": turn.conversation_id,
                 "WAKELINE_SESSION_ID": turn.session_id,
@@ -342,6 +360,7 @@ class ConversationActor(pykka.ThreadingActor):
             prompt_file=prompt_file,
             before_start=lambda: env.await_replies(turn.conversation_id),
             cpus=env.agent_cpus,
+            prepare=lambda: env.prepare_workspace(turn),
         )
         me = self.actor_ref.proxy()
 
@@ -356,6 +375,14 @@ class ConversationActor(pykka.ThreadingActor):
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})
         process.start()
+
+
+def issue_title(turn: ClaimedTurn) -> str | None:
+    """The issue's own title: the conversation's title without its `[ENG-123] ` prefix."""
+    prefix = f"[{turn.issue_identifier}] "
+    if turn.issue_identifier and turn.title.startswith(prefix):
+        return turn.title[len(prefix):]
+    return turn.title or None
 
 
 def agent_argv(config: Config, route_name: str | None) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from wakeline.cpus import spawning_on
+from wakeline.errors import WakelineError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ class TurnSpec:
     prompt_file: Path
     before_start: Callable[[], None] | None = None
     cpus: frozenset[int] | None = None  # the CPUs the agent may use; None: this thread's
+    # Makes the workspace ready (a directory, or a git worktree) and returns it; runs on the
+    # runner thread after `before_start`, so a slow git never blocks the actor.
+    prepare: Callable[[], Path] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,13 +136,22 @@ class TurnProcess:
         spec = self.spec
         if spec.before_start is not None:
             spec.before_start()
+        cwd = spec.cwd
+        try:
+            with self._lock:
+                cancelled = self._cancelled
+            if spec.prepare is not None and cancelled is None:
+                cwd = spec.prepare()
+        except WakelineError as exc:
+            spec.prompt_file.unlink(missing_ok=True)
+            return RunOutcome(exit_code=None, spawn_error=f"{exc.code}: {exc.detail or exc.code}")
         try:
             with self._lock, open(spec.prompt_file, "rb") as stdin, spawning_on(spec.cpus):
                 if self._cancelled is not None:
                     return RunOutcome(exit_code=-self._cancelled)
                 self._proc = subprocess.Popen(
                     list(spec.argv),
-                    cwd=spec.cwd,
+                    cwd=cwd,
                     env=dict(spec.env),
                     stdin=stdin,
                     stdout=subprocess.PIPE,

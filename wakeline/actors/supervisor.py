@@ -5,6 +5,10 @@ hold one of the `max_concurrent_turns` slots have a live ConversationActor.
 Others with work wait in a FIFO queue, so 10,000 busy conversations cost
 10,000 queue entries, not 10,000 threads. A conversation that finishes a turn
 keeps its slot only while nobody else is waiting.
+
+It also retires worktrees: a terminal or reset conversation owes its workspace
+a cleanup, done on a small janitor thread once no actor of it is live (a
+running agent is never pulled out from under), and again at start-up.
 """
 
 from __future__ import annotations
@@ -12,13 +16,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Iterable
 
 import pykka
 
 from wakeline.actors.conversation import ConversationActor, TurnEnv
 from wakeline.clock import to_ms
-from wakeline.errors import Conflict, NotFound
+from wakeline.errors import Conflict, NotFound, WorkspaceFailed
 from wakeline.providers.linear import replies
 
 log = logging.getLogger(__name__)
@@ -39,16 +45,21 @@ class Supervisor(pykka.ThreadingActor):
         self._ready: deque[str] = deque()
         self._queued: set[str] = set()
         self._ticks = 0
+        self._retiring: set[str] = set()
+        self._janitor: ThreadPoolExecutor | None = None
 
     def on_start(self) -> None:
-        """Name the thread."""
+        """Name the thread; start the janitor that retires worktrees."""
         threading.current_thread().name = "supervisor"
+        self._janitor = ThreadPoolExecutor(1, thread_name_prefix="workspaces")
 
     def on_stop(self) -> None:
-        """Stop every conversation actor (their children get SIGTERM)."""
+        """Stop every conversation actor (their children get SIGTERM) and the janitor."""
         for ref in self._live.values():
             ref.stop(block=False)
         self._live.clear()
+        if self._janitor is not None:
+            self._janitor.shutdown(wait=True, cancel_futures=True)
         self._env.store.close()
 
     # --- messages ----------------------------------------------------------------------------
@@ -56,10 +67,10 @@ class Supervisor(pykka.ThreadingActor):
     def recover(self) -> int:
         """Startup: repair the store, then wake every conversation with work. Returns how many."""
         now = to_ms(self._env.clock.now())
-        ids = self._env.store.fifo.recover(
-            now, lambda cid, sessions: replies.for_sessions(sessions, "thought", replies.RERUN, cid))
+        ids = self._env.store.fifo.recover(now, replies.RERUN_REPLY, replies.INTERRUPTED_REPLY)
         self._env.kick_tracker()
         self.wake(ids)
+        self._retire_workspaces()  # a crash between a retirement and its cleanup: redo it
         log.info("recovered", extra={"conversations_with_work": len(ids)})
         return len(ids)
 
@@ -86,6 +97,8 @@ class Supervisor(pykka.ThreadingActor):
             log.exception("tick could not read the store")
             due = []
         self.wake(cid for cid in due if cid not in self._live)
+        if self._ticks % SWEEP_EVERY_TICKS == 0:
+            self._retire_workspaces()
         for ref in self._live.values():
             ref.proxy().tick()
 
@@ -103,7 +116,13 @@ class Supervisor(pykka.ThreadingActor):
         if runnable and conversation_id not in self._queued:
             self._queued.add(conversation_id)
             self._ready.append(conversation_id)
+        else:
+            self._retire_workspaces([conversation_id])
         self._fill()
+
+    def workspace_retired(self, conversation_id: str) -> None:
+        """The janitor finished with this conversation's worktree."""
+        self._retiring.discard(conversation_id)
 
     def operate(self, conversation_id: str, operation: str) -> dict[str, Any]:
         """Operator commands: stop, reset, retry, abandon. Asked by HTTP threads, never actors."""
@@ -120,7 +139,7 @@ class Supervisor(pykka.ThreadingActor):
             if live is not None:
                 answer = live.proxy().reset().get(timeout=10)
             else:
-                outcome = fifo.reset(conversation_id, now)
+                outcome = fifo.reset(conversation_id, now, replies.RESET_REPLY)
                 answer = {"sessionId": outcome.session_id if outcome else None,
                           "completed": outcome.completed if outcome else 0}
             self.wake([conversation_id])
@@ -146,6 +165,45 @@ class Supervisor(pykka.ThreadingActor):
         except Exception:
             log.exception("runnable check failed", extra={"conversation_id": conversation_id})
             return False
+
+    def _retire_workspaces(self, ids: list[str] | None = None) -> None:
+        """Hand the janitor every owed cleanup of a conversation with no live actor."""
+        try:
+            due = self._env.store.conversations.cleanups_due(ids)
+        except Exception:
+            log.exception("cannot read the workspace cleanups owed")
+            return
+        for cleanup in due:
+            cid = cleanup.conversation_id
+            if cid in self._live or cid in self._queued or cid in self._retiring:
+                continue  # a turn may run there: it is retired when the conversation is idle
+            self._retiring.add(cid)
+            assert self._janitor is not None
+            self._janitor.submit(self._retire, cid, self._env.repo_of(self._env.route(cleanup.route)))
+
+    def _retire(self, conversation_id: str, repo: Path | None) -> None:
+        """On the janitor thread: remove a clean worktree, keep a dirty one and say why."""
+        env = self._env
+        try:
+            retired = env.workspaces.retire(conversation_id, repo=repo)
+            kept = None if retired.removed else retired.detail
+        except WorkspaceFailed as exc:
+            kept = f"cleanup failed: {exc.detail}"
+        except Exception:
+            log.exception("workspace cleanup crashed", extra={"conversation_id": conversation_id})
+            kept = "cleanup failed: see the log"
+        if kept:
+            log.warning("workspace kept", extra={"conversation_id": conversation_id, "why": kept})
+        try:
+            env.store.conversations.workspace_retired(conversation_id, kept)
+        except Exception:
+            log.exception("cannot record a workspace cleanup", extra={"conversation_id": conversation_id})
+        finally:
+            env.store.close()
+        try:
+            self.actor_ref.proxy().workspace_retired(conversation_id)
+        except pykka.ActorDeadError:
+            pass  # stopping: the next start retires it again if it is still owed
 
     def _fill(self) -> None:
         me = self.actor_ref.proxy()

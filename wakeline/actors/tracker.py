@@ -6,6 +6,10 @@ agent turns. A write goes on the wire once; the outcome settles the effect and
 is published to listeners (a turn waiting for its acknowledgement listens).
 Without a credential the tracker is the local backend: writes are refused,
 turns still run.
+
+It also looks up, before a conversation's first turn, which route owns an issue
+whose project no signed payload stated (`check_ownership`), through the same
+client and budget; answers are cached until the next mutation.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pykka
 
@@ -22,9 +26,13 @@ from wakeline.clock import Clock, to_ms
 from wakeline.errors import (
     BudgetExhausted, PossiblyDispatched, ProviderRejected, RequiresConnectedLinear, WakelineError,
 )
+from wakeline.models.conversations import OwnershipCheck
 from wakeline.models.outbox import EffectKind, EffectState, PendingEffect
 from wakeline.models.store import Store
 from wakeline.providers.linear.client import LinearClient
+from wakeline.providers.linear.lookups import (
+    GONE, OWNER_QUERY, IssueOwner, LookupCache, is_not_found, parse_owner,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,11 @@ COMMENT_MUTATION = (
     "mutation WakelineComment($input: CommentCreateInput!) "
     "{ commentCreate(input: $input) { success comment { id } } }"
 )
+# Waits between ownership lookups that found no answer; the last one repeats.
+OWNERSHIP_BACKOFF_SECONDS: tuple[float, ...] = (5, 30, 120, 600)
+
+# Which route owns an issue of this team and project: (route name, its turns are tainted).
+OwnerOf = Callable[[str | None, str | None], "tuple[str, bool] | None"]
 
 
 @dataclass(frozen=True)
@@ -63,17 +76,23 @@ class Tracker(pykka.ThreadingActor):
     """Owns the Linear client, the outbox dispatch and the worker pool."""
 
     def __init__(self, store: Store, client: LinearClient | None, clock: Clock,
-                 max_concurrent_requests: int = 8) -> None:
+                 max_concurrent_requests: int = 8, *, owner_of: OwnerOf = lambda team, project: None,
+                 ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS) -> None:
         super().__init__()
         self._store = store
         self._client = client
         self._clock = clock
         self._workers = max_concurrent_requests
+        self._owner_of = owner_of
+        self._ownership_backoff = tuple(ownership_backoff_seconds)
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: set[str] = set()
         self._sent: set[str] = set()  # in flight and handed to a worker: may be on the wire
         self._sent_lock = threading.Lock()
         self._listeners: list[Callable[[SettledWrite], None]] = []
+        self._owner_listeners: list[Callable[[str], None]] = []
+        self._looking_up: set[str] = set()
+        self._cache = LookupCache(clock.monotonic)
 
     def on_start(self) -> None:
         """Name the thread, open the pool, and settle what a crash left in flight."""
@@ -82,6 +101,7 @@ class Tracker(pykka.ThreadingActor):
         unknown = self._store.outbox.recover(to_ms(self._clock.now()))
         if unknown:
             log.warning("writes of unknown outcome after a restart", extra={"count": unknown})
+        self.check_ownership()
 
     def on_stop(self) -> None:
         """Let calls on the wire finish and settle; queued ones never left, so they go back
@@ -113,6 +133,7 @@ class Tracker(pykka.ThreadingActor):
                 continue
             if not self._store.outbox.mark_dispatched(effect.id, now):
                 continue
+            self._cache.retire()  # a write is on its way: what was looked up may change
             self._in_flight.add(effect.id)
             assert self._pool is not None
             self._pool.submit(self._send, effect)
@@ -133,12 +154,47 @@ class Tracker(pykka.ThreadingActor):
                 log.exception("write listener failed")
 
     def call(self, query: str, variables: dict[str, Any] | None = None,
-             operation_name: str | None = None) -> Future[dict[str, Any]]:
-        """Run one GraphQL operation on the pool; the caller waits on the returned future."""
+             operation_name: str | None = None, *, mutation: bool = False) -> Future[dict[str, Any]]:
+        """Run one GraphQL operation on the pool; the caller waits on the returned future.
+
+        A mutation retires every cached lookup; a query keeps them.
+        """
         if self._client is None:
             raise RequiresConnectedLinear("no Linear credential is configured")
+        if mutation:
+            self._cache.retire()
         assert self._pool is not None
         return self._pool.submit(self._client.execute, query, variables, operation_name)
+
+    def subscribe_ownership(self, listener: Callable[[str], None]) -> None:
+        """Be told the id of every conversation whose ownership a lookup settled."""
+        self._owner_listeners.append(listener)
+
+    def check_ownership(self) -> None:
+        """Look up the owner of every conversation waiting for one whose attempt is due."""
+        now = to_ms(self._clock.now())
+        try:
+            due = self._store.conversations.ownership_due(now)
+        except Exception:
+            log.exception("cannot read the ownership checks due")
+            return
+        for check in due:
+            if check.conversation_id in self._looking_up:
+                continue
+            self._looking_up.add(check.conversation_id)
+            assert self._pool is not None
+            self._pool.submit(self._look_up_owner, check)
+
+    def ownership_checked(self, conversation_id: str, settled: bool) -> None:
+        """A worker finished a lookup; a settled one wakes the conversation."""
+        self._looking_up.discard(conversation_id)
+        if not settled:
+            return
+        for listener in self._owner_listeners:
+            try:
+                listener(conversation_id)
+            except Exception:
+                log.exception("ownership listener failed")
 
     def connected(self) -> bool:
         """True when a credential is configured."""
@@ -185,6 +241,56 @@ class Tracker(pykka.ThreadingActor):
             self.actor_ref.proxy().settled(write, effect.id)
         except pykka.ActorDeadError:
             pass  # stopping: nobody is left to tell
+
+
+    def _look_up_owner(self, check: OwnershipCheck) -> None:
+        """On a worker: ask Linear once who owns the issue; record the answer or the failure."""
+        cid, settled = check.conversation_id, False
+        try:
+            try:
+                owner = self._issue_owner(check.issue_id)
+            except (BudgetExhausted, PossiblyDispatched, ProviderRejected,
+                    RequiresConnectedLinear) as exc:
+                # Never guessed: without an answer the conversation waits and asks again.
+                error = f"{exc.code}: {exc.detail}" if exc.detail else exc.code
+                delay = self._store.conversations.ownership_failed(
+                    cid, to_ms(self._clock.now()), error, self._ownership_backoff)
+                log.warning("ownership lookup failed", extra={
+                    "conversation_id": cid, "error": exc.code, "retry_in_seconds": delay})
+            else:
+                found = None if owner.gone else self._owner_of(owner.team_key, owner.project_id)
+                settled = self._store.conversations.settle_ownership(
+                    cid, to_ms(self._clock.now()), route=found[0] if found else None,
+                    project_id=owner.project_id, answer=owner.to_json(),
+                    tainted=bool(found and found[1]))
+                log.info("ownership settled", extra={"conversation_id": cid,
+                                                     "route": found[0] if found else None})
+        except Exception:
+            log.exception("ownership lookup crashed", extra={"conversation_id": cid})
+        finally:
+            self._store.close()
+        try:
+            self.actor_ref.proxy().ownership_checked(cid, settled)
+        except pykka.ActorDeadError:
+            pass
+
+    def _issue_owner(self, issue_id: str) -> IssueOwner:
+        if self._client is None:
+            raise RequiresConnectedLinear("no Linear credential: the owner of this issue cannot be "
+                                          "looked up")
+        key = f"owner:{issue_id}"
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        try:
+            owner = parse_owner(self._client.execute(OWNER_QUERY, {"id": issue_id},
+                                                     "WakelineIssueOwner"))
+        except ProviderRejected as exc:
+            if not is_not_found(exc):
+                raise
+            owner = GONE
+        self._cache.put(key, owner)
+        return owner
 
 
 def _created_ids(body: dict[str, Any]) -> list[str]:

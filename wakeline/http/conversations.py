@@ -29,7 +29,8 @@ class Conversations:
         """A page of conversations; `?state=` filters, `?limit=` bounds (default 100)."""
         state = req.get_param("state")
         if state is not None and state not in {s.value for s in ConversationState}:
-            raise BadRequest("state must be idle, running, stalled or terminal")
+            raise BadRequest("state must be one of "
+                             + ", ".join(s.value for s in ConversationState))
         limit = int_param(req, "limit", 100, low=1, high=1000)
         resp.media = {"conversations": list_conversations(self._store, limit=limit or 100, state=state)}
 

@@ -21,7 +21,7 @@ from wakeline.http.health import Health
 from wakeline.metrics import Metrics
 from wakeline.models.states import Outcome
 from wakeline.providers.linear.adapter import LinearWebhooks
-from wakeline.routing import plan_admission
+from wakeline.routing import Router
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class LinearWebhookResource:
         metrics: Metrics,
     ) -> None:
         self._config = config
+        self._router = Router(config)
         self._webhooks = webhooks
         self._writer = writer
         self._clock = clock
@@ -58,7 +59,7 @@ class LinearWebhookResource:
                 delivery_id=req.get_header("Linear-Delivery"),
                 now_ms=now_ms,
             )
-            plan = plan_admission(parsed, self._config, now_ms)
+            plan = self._router.plan(parsed, now_ms)
             result = self._writer.submit(plan, self._config.server.admission_wait_seconds)
         except WakelineError as exc:
             self._metrics.delivery(exc.code, self._clock.monotonic() - started)

@@ -75,13 +75,14 @@ class TrackerCalls:
             return False
         return bool(self._tracker.connected().get(timeout=ASK_TIMEOUT_SECONDS))
 
-    def run(self, query: str, variables: dict[str, Any] | None, operation_name: str | None) -> dict[str, Any]:
+    def run(self, query: str, variables: dict[str, Any] | None, operation_name: str | None,
+            *, mutation: bool = False) -> dict[str, Any]:
         """Linear's whole answer, or the wakeline error that says why there is none."""
         if self._tracker is None:
             raise RequiresConnectedLinear("the Linear tracker is not running")
         try:
             future: concurrent.futures.Future[dict[str, Any]] = self._tracker.call(
-                query, variables, operation_name).get(timeout=ASK_TIMEOUT_SECONDS)
+                query, variables, operation_name, mutation=mutation).get(timeout=ASK_TIMEOUT_SECONDS)
         except pykka.Timeout:
             # The message is still queued and may yet be sent: its outcome is unknown.
             raise PossiblyDispatched("the tracker did not take the request in time") from None
@@ -164,7 +165,7 @@ class GraphQL:
                 "conversation_id": grant.conversation_id,
             })
         try:
-            answer = self._calls.run(query, variables, operation_name)
+            answer = self._calls.run(query, variables, operation_name, mutation=analysis.is_mutation)
         except WakelineError as exc:
             if analysis.is_mutation:
                 log.warning("linear mutation not confirmed",

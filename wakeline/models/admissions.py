@@ -3,12 +3,17 @@
 This is the ingress's hot path, run on the single admission writer thread, so
 it is written for few statements: every `execute` releases and re-takes the
 GIL, and under load each re-take waits behind the request threads. A comment
-costs two statements (receipt, inbox message); the follow switch and the
-self-echo evidence are read once per group; fixed SQL on the connection avoids
-peewee's query building. If one delivery fails, the group is rolled back and
-each delivery is admitted alone, so the failing one cannot take its neighbours
-down. Rare paths (agent sessions' bookkeeping, lifecycle changes, stops) reuse
-the FIFO's methods inside the same transaction.
+costs two statements (receipt, inbox message); the follow switch, the
+self-echo evidence and the conversations the group's events name are each read
+once per group; fixed SQL on the connection avoids peewee's query building. If
+one delivery fails, the group is rolled back and each delivery is admitted
+alone, so the failing one cannot take its neighbours down. Rare paths (agent
+sessions' bookkeeping, lifecycle changes, stops, project moves) reuse the
+FIFO's methods inside the same transaction.
+
+The store decides nothing about routing: each plan's `decide` does, given the
+conversation as this transaction sees it, and the transaction records the
+`Decision` it returns.
 """
 
 from __future__ import annotations
@@ -23,14 +28,12 @@ from typing import Sequence
 from peewee import DatabaseError, SqliteDatabase
 
 from wakeline.errors import Unavailable
-from wakeline.models.envelopes import AgentSession, DataChange, dump_envelope
+from wakeline.models.envelopes import DataChange, InboundDelivery, Subject, dump_envelope
 from wakeline.models.fifo import Fifo
 from wakeline.models.outbox import Outbox
+from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
 from wakeline.models.schema import INBOX_CONVERSATION_ID
-from wakeline.models.states import ConversationKind, DeliveryState, Outcome, TurnResultKind
-from wakeline.providers.linear import replies
-from wakeline.providers.linear.adapter import ParsedDelivery
-from wakeline.routing import AdmissionPlan
+from wakeline.models.states import ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +50,9 @@ _OWN_WRITES = ("SELECT id, created_at FROM effects WHERE id IN ({marks})"
 # A replay conflicts on delivery_id or body_sha256: nothing is written and rowcount is 0.
 _RECEIPT = (
     "INSERT INTO receipts (delivery_id, body_sha256, event_type, action, received_at, webhook_at,"
-    " outcome, reason, conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING"
+    " outcome, reason, conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
-_RECEIPT_OUTCOME = "UPDATE receipts SET outcome = ?, reason = ?, conversation_id = ? WHERE id = ?"
+_RECEIPT_CONVERSATION = "UPDATE receipts SET conversation_id = ? WHERE id = ?"
 _INBOX = (
     "INSERT INTO inbox_messages (receipt_id, received_at, headline, event, size_bytes, wakes)"
     " VALUES (?, ?, ?, ?, ?, ?)"
@@ -58,19 +61,39 @@ _DELIVERY = (
     "INSERT INTO deliveries (conversation_id, receipt_id, state, completion, completed_at, envelope,"
     " headline, received_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_FIND_CONVERSATION = (
-    "SELECT id, title, terminal, reset_at FROM conversations WHERE namespace = ? AND key = ?"
+_FIND_CONVERSATIONS = (
+    "SELECT key, id, title, terminal, reset_at, route, ownership, project_id FROM conversations"
+    " WHERE namespace = ? AND key IN ({marks})"
 )
 _NEW_CONVERSATION = (
     "INSERT INTO conversations (id, namespace, key, kind, title, route, created_at, updated_at,"
-    " issue_id, issue_identifier, tainted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " issue_id, issue_identifier, tainted, ownership, project_id, ownership_next_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_MOVE = (
+    "UPDATE conversations SET route = COALESCE(?, route), ownership = ?, project_id = ?,"
+    " tainted = MAX(tainted, ?), ownership_next_at = NULL, ownership_error = NULL, updated_at = ?"
+    " WHERE id = ?"
+)
+_TERMINAL = (
+    "UPDATE conversations SET terminal = 1, outcome = ?, terminal_state_id = ?, done_state_id = ?,"
+    " updated_at = ? WHERE id = ?"
+)
+_OPEN = (
+    "UPDATE conversations SET terminal = 0, outcome = NULL, terminal_state_id = NULL,"
+    " done_state_id = NULL, updated_at = ? WHERE id = ?"
 )
 _FOLLOWING = "SELECT value FROM settings WHERE key = ?"
+_INBOX_OUTCOMES = frozenset({Outcome.ACCEPTED, Outcome.IGNORED})
 
 
 @dataclass(frozen=True)
 class AdmissionResult:
-    """What admitting one delivery did."""
+    """What admitting one delivery did.
+
+    `wake_ids`: conversations with new work (or a lifecycle change) to act on;
+    `lookup_ids`: conversations that wait for the tracker to look up who owns the issue.
+    """
 
     outcome: Outcome
     reason: str | None = None
@@ -78,6 +101,7 @@ class AdmissionResult:
     first_outcome: Outcome | None = None
     effects: int = 0
     wake_ids: tuple[str, ...] = ()
+    lookup_ids: tuple[str, ...] = ()
 
     @property
     def wakes(self) -> bool:
@@ -87,9 +111,19 @@ class AdmissionResult:
 
 @dataclass
 class _Conversation:
+    """A conversation as this transaction sees it (it may change within the group)."""
+
     id: str
+    title: str
     terminal: bool
     reset_at: int | None
+    route: str | None
+    ownership: Ownership
+    project_id: str | None
+
+    def facts(self) -> ConversationFacts:
+        return ConversationFacts(self.id, self.route, self.terminal, self.reset_at, self.ownership,
+                                 self.project_id)
 
 
 class Admissions:
@@ -128,10 +162,11 @@ class Admissions:
             # One read per group is one read per delivery: no switch can commit in between.
             following = self._following(conn)
             own = self._own_writes(conn, plans)
+            convs = self._conversations(conn, plans)
             results: list[AdmissionResult | Unavailable] = []
             for plan in plans:
                 try:
-                    results.append(self._admit(conn, plan, following, own))
+                    results.append(self._admit(conn, plan, following, own, convs))
                 except Exception as exc:
                     log.warning(
                         "admission failed",
@@ -155,65 +190,94 @@ class Admissions:
         rows = conn.execute(_OWN_WRITES.format(marks=", ".join("?" * len(ids))), ids + ids).fetchall()
         return {row[0]: row[1] for row in rows}
 
+    @staticmethod
+    def _conversations(conn: sqlite3.Connection, plans: Sequence[AdmissionPlan]
+                       ) -> dict[Subject, _Conversation]:
+        """The existing conversations of the group's subjects, one read per namespace."""
+        keys: dict[str, set[str]] = {}
+        for plan in plans:
+            subject = plan.delivery.subject
+            if plan.needs_conversation and subject is not None:
+                keys.setdefault(subject.namespace, set()).add(subject.key)
+        found: dict[Subject, _Conversation] = {}
+        for namespace, wanted in keys.items():
+            sql = _FIND_CONVERSATIONS.format(marks=", ".join("?" * len(wanted)))
+            for key, *row in conn.execute(sql, (namespace, *wanted)):
+                found[Subject(namespace=namespace, key=key)] = _Conversation(
+                    row[0], row[1], bool(row[2]), row[3], row[4], Ownership(row[5]), row[6])
+        return found
+
     def _admit(self, conn: sqlite3.Connection, plan: AdmissionPlan, following: bool,
-               own: dict[str, int]) -> AdmissionResult:
-        d = plan.delivery
+               own: dict[str, int], convs: dict[Subject, _Conversation]) -> AdmissionResult:
+        d, now = plan.delivery, plan.received_ms
         if self._is_echo(plan, own):
-            receipt_id = self._receipt(conn, plan, Outcome.SELF_ECHO, "own_write")
-            if receipt_id is None:
+            if self._receipt(conn, plan, Outcome.SELF_ECHO, "own_write", None) is None:
                 return self._duplicate(conn, d)
             return AdmissionResult(Outcome.SELF_ECHO, "own_write")
-        receipt_id = self._receipt(conn, plan, plan.outcome, plan.reason)
+        conv = convs.get(d.subject) if plan.needs_conversation and d.subject is not None else None
+        decision = plan.decide(conv.facts() if conv is not None else None)
+        linked = conv is not None and _touches(decision)
+        receipt_id = self._receipt(conn, plan, decision.outcome, decision.reason,
+                                   conv.id if linked and conv is not None else None)
         if receipt_id is None:
             return self._duplicate(conn, d)
-        outcome, reason, effects = plan.outcome, plan.reason, list(plan.effects)
-        conv, to_fifo, changed = None, plan.to_fifo, False
-        if plan.subject is not None and (plan.to_fifo or plan.lifecycle is not None or plan.route):
-            conv = self._conversation(conn, plan, create=plan.route is not None)
-        session = d.envelope if isinstance(d.envelope, AgentSession) else None
+        effects = list(decision.effects)
+        changed, lookup = False, False
+        if conv is None and decision.create is not None and d.subject is not None:
+            conv = convs[d.subject] = self._create(conn, plan, decision.create)
+            conn.execute(_RECEIPT_CONVERSATION, (conv.id, receipt_id))
+            lookup = conv.ownership is Ownership.PENDING
+        to_fifo = decision.to_fifo and conv is not None
         if conv is not None:
-            changed = self._apply_lifecycle(conn, conv, plan)
-            if plan.stop_session:
-                self._fifo.stop_session(conv.id, plan.stop_session, plan.received_ms)
+            if plan.delivery.envelope is not None and decision.create and decision.create.title \
+                    and not conv.title:
+                conn.execute("UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
+                             (decision.create.title, now, conv.id))
+                conv.title = decision.create.title
+            if decision.move is not None:
+                changed |= self._move(conn, conv, decision.move, now)
+            changed |= self._apply_lifecycle(conn, conv, decision, now)
+            if decision.stop_session:
+                self._fifo.stop_session(conv.id, decision.stop_session, now)
                 changed = True
-            if to_fifo and conv.terminal:
-                # A terminal conversation takes no new turns until Linear reopens the issue.
-                to_fifo, outcome, reason = False, Outcome.IGNORED, "terminal"
-                if session is not None:
-                    effects = [replies.activity(session.session_id, "error", replies.CLOSED)]
-            elif to_fifo and session is not None and session.action == "prompted" \
-                    and not self._fifo.knows_session(conv.id, session.session_id):
-                # A follow-up to a session we never saw (created before install, state lost):
-                # treat it as a fresh request, and say so at once as for `created`.
-                effects.append(replies.activity(session.session_id, "thought", replies.ACK))
+            session = decision.session_id
             if to_fifo and session is not None:
+                if decision.unknown_session_reply is not None \
+                        and not self._fifo.knows_session(conv.id, session):
+                    # A follow-up to a session we never saw (created before install, state
+                    # lost): treat it as a fresh request, and say so at once as for `created`.
+                    effects += decision.unknown_session_reply.to([session], None)
                 conn.execute("UPDATE conversations SET agent_session_id = ? WHERE id = ?",
-                             (session.session_id, conv.id))
-        conversation_id = conv.id if conv else None
-        if (outcome, reason, conversation_id) != (plan.outcome, plan.reason, None):
-            conn.execute(_RECEIPT_OUTCOME, (outcome.value, reason, conversation_id, receipt_id))
-        if to_fifo and conv is not None and d.envelope is not None:
-            to_fifo = self._enqueue(conn, conv, plan, receipt_id)
-            if not to_fifo and session is not None:
-                effects.append(replies.activity(session.session_id, "response", replies.RESET))
-        wake_ids = [conversation_id] if (to_fifo or changed) and conversation_id else []
-        if d.inbox_event is not None and plan.outcome is Outcome.ACCEPTED:
+                             (session, conv.id))
+            if to_fifo:
+                to_fifo = self._enqueue(conn, conv, plan, receipt_id)
+                if not to_fifo and session is not None and decision.reset_reply is not None:
+                    effects += decision.reset_reply.to([session], None)
+        conversation_id = conv.id if conv is not None and (linked or decision.create) else None
+        wake_ids: list[str] = []
+        lookup_ids: list[str] = []
+        if conv is not None and (to_fifo or changed):
+            if conv.ownership is Ownership.PENDING:
+                lookup_ids.append(conv.id)  # its first turn waits for the owner's lookup
+            else:
+                wake_ids.append(conv.id)
+        elif lookup and conv is not None:
+            lookup_ids.append(conv.id)
+        if d.inbox_event is not None and decision.outcome in _INBOX_OUTCOMES:
             event = json.dumps(d.inbox_event, ensure_ascii=False, separators=(",", ":"))
             # Only what arrives while following is on may wake an inbox turn.
-            conn.execute(_INBOX, (receipt_id, plan.received_ms, d.headline, event, len(event.encode("utf-8")),
-                       int(following)))
+            conn.execute(_INBOX, (receipt_id, now, d.headline, event, len(event.encode("utf-8")),
+                                  int(following)))
             if following:
                 wake_ids.append(INBOX_CONVERSATION_ID)
         if effects:
             self._outbox.prepare(
-                [replace(s, conversation_id=s.conversation_id or conversation_id) for s in effects],
-                plan.received_ms,
-            )
-        return AdmissionResult(outcome, reason, conversation_id, effects=len(effects),
-                               wake_ids=tuple(wake_ids))
+                [replace(s, conversation_id=s.conversation_id or conversation_id) for s in effects], now)
+        return AdmissionResult(decision.outcome, decision.reason, conversation_id, effects=len(effects),
+                               wake_ids=tuple(wake_ids), lookup_ids=tuple(lookup_ids))
 
     @staticmethod
-    def _duplicate(conn: sqlite3.Connection, d: ParsedDelivery) -> AdmissionResult:
+    def _duplicate(conn: sqlite3.Connection, d: InboundDelivery) -> AdmissionResult:
         first = conn.execute(_FIRST, (d.delivery_id, d.body_sha256)).fetchone()
         return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first[0]))
 
@@ -233,11 +297,12 @@ class Admissions:
 
     @staticmethod
     def _receipt(conn: sqlite3.Connection, plan: AdmissionPlan, outcome: Outcome,
-                 reason: str | None) -> int | None:
+                 reason: str | None, conversation_id: str | None) -> int | None:
         """Insert the receipt; None when the delivery id or body was seen before."""
         d = plan.delivery
         cursor = conn.execute(_RECEIPT, (d.delivery_id, d.body_sha256, d.event_type, d.action,
-                                         plan.received_ms, d.webhook_ms, outcome.value, reason))
+                                         plan.received_ms, d.webhook_ms, outcome.value, reason,
+                                         conversation_id))
         return int(cursor.lastrowid) if cursor.rowcount == 1 else None
 
     @staticmethod
@@ -257,35 +322,52 @@ class Admissions:
         return not before_reset
 
     @staticmethod
-    def _conversation(conn: sqlite3.Connection, plan: AdmissionPlan, *, create: bool) -> _Conversation | None:
-        subject, now = plan.subject, plan.received_ms
+    def _create(conn: sqlite3.Connection, plan: AdmissionPlan, new: NewConversation) -> _Conversation:
+        subject, now = plan.delivery.subject, plan.received_ms
         assert subject is not None
-        row = conn.execute(_FIND_CONVERSATION, (subject.namespace, subject.key)).fetchone()
-        if row is not None:
-            if plan.title and not row[1]:
-                conn.execute("UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
-                  (plan.title, now, row[0]))
-            return _Conversation(row[0], bool(row[2]), row[3])
-        if not create:
-            return None
         envelope = plan.delivery.envelope
         issue = envelope.issue if envelope is not None else None
         conversation_id = "cv_" + secrets.token_hex(8)
-        conn.execute(_NEW_CONVERSATION, (conversation_id, subject.namespace, subject.key,
-                              ConversationKind.ISSUE.value, plan.title or "", plan.route, now, now,
-                              subject.key, issue.identifier if issue else None, int(plan.tainted)))
-        return _Conversation(conversation_id, False, None)
+        pending = new.ownership is Ownership.PENDING
+        conn.execute(_NEW_CONVERSATION, (
+            conversation_id, subject.namespace, subject.key, ConversationKind.ISSUE.value,
+            new.title or "", new.route, now, now, subject.key, issue.identifier if issue else None,
+            int(new.tainted), new.ownership.value, new.project_id, now if pending else None))
+        return _Conversation(conversation_id, new.title or "", False, None, new.route, new.ownership,
+                             new.project_id)
 
-    def _apply_lifecycle(self, conn: sqlite3.Connection, conv: _Conversation, plan: AdmissionPlan) -> bool:
+    def _move(self, conn: sqlite3.Connection, conv: _Conversation, move: Move, now: int) -> bool:
+        """A signed payload named the issue's project; True when the conversation may now run."""
+        conn.execute(_MOVE, (move.route, move.ownership.value, move.project_id, int(move.tainted),
+                             now, conv.id))
+        before = conv.ownership
+        conv.route = move.route or conv.route
+        conv.ownership, conv.project_id = move.ownership, move.project_id
+        if before is Ownership.PENDING and move.ownership is Ownership.NOT_OWNED:
+            self._fifo.complete_not_owned(conv.id, now)
+        return before is not Ownership.OWNED and move.ownership is Ownership.OWNED
+
+    def _apply_lifecycle(self, conn: sqlite3.Connection, conv: _Conversation, decision: Decision,
+                         now: int) -> bool:
         """Record terminal intent (retiring unfinished work) or clear it; True if it changed."""
-        if plan.lifecycle is None:
+        lifecycle = decision.lifecycle
+        if lifecycle is None:
             return False
-        terminal = plan.lifecycle == "terminal"
+        terminal = isinstance(lifecycle, Terminal)
         if conv.terminal == terminal:
             return False
-        conn.execute("UPDATE conversations SET terminal = ?, updated_at = ? WHERE id = ?",
-          (int(terminal), plan.received_ms, conv.id))
         conv.terminal = terminal
-        if terminal:
-            self._fifo.retire(conv.id, plan.received_ms)
+        if isinstance(lifecycle, Terminal):
+            conn.execute(_TERMINAL, (lifecycle.outcome.value, lifecycle.state_id,
+                                     lifecycle.done_state_id, now, conv.id))
+            self._fifo.retire(conv.id, now, decision.retire_reply)
+        else:
+            conn.execute(_OPEN, (now, conv.id))
         return True
+
+
+def _touches(decision: Decision) -> bool:
+    """True when the decision concerns the existing conversation (its receipt links to it)."""
+    return bool(decision.to_fifo or decision.lifecycle is not None or decision.move is not None
+                or decision.stop_session or decision.effects or decision.reason == "terminal"
+                or decision.create is not None)

@@ -6,6 +6,7 @@ so a delivery is processed from what was admitted, whatever Linear says later.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -45,6 +46,9 @@ class IssueInfo(_Frozen):
     title: str | None = None
     team_key: str | None = None
     project_id: str | None = None
+    # True when the payload states the project (Issue events do, with null for none);
+    # a Comment's embedded issue carries no project, so it is unknown there.
+    project_known: bool = False
     url: str | None = None
     state: WorkflowState | None = None
 
@@ -110,3 +114,24 @@ def dump_envelope(envelope: DataChange | AgentSession) -> str:
 
 
 JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InboundDelivery:
+    """A verified delivery, typed by the provider adapter; raw payloads stop before this.
+
+    `envelope` is None for events wakeline does not act on (`ignore_reason` says why).
+    `inbox_event` is the event as the inbox keeps it, for data-change events.
+    """
+
+    delivery_id: str
+    body_sha256: str
+    event_type: str
+    action: str
+    webhook_ms: int
+    envelope: DataChange | AgentSession | None
+    subject: Subject | None
+    headline: str
+    inbox_event: JsonObject | None
+    ignore_reason: str | None = None
+    organization_id: str | None = None

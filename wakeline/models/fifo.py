@@ -14,10 +14,9 @@ from typing import Any, Callable, Iterable, Sequence
 from peewee import SqliteDatabase, fn
 
 from wakeline.models.envelopes import AgentSession, DataChange, parse_envelope
-from wakeline.models.outbox import EffectSpec, Outbox
-from wakeline.providers.linear import replies
+from wakeline.models.outbox import EffectSpec, Outbox, SessionReply
 from wakeline.models.schema import INBOX_CONVERSATION_ID
-from wakeline.models.states import ConversationKind, DeliveryState, TurnResultKind, TurnState
+from wakeline.models.states import ConversationKind, DeliveryState, Ownership, TurnResultKind, TurnState
 from wakeline.models.tables import Tables
 
 BATCH_MAX_DELIVERIES = 50
@@ -53,6 +52,7 @@ class ClaimedTurn:
     tainted: bool
     entries: tuple[FifoEntry, ...]
     inbox_headlines: tuple[str, ...] = ()
+    workspace_branch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,8 @@ class Fifo:
                 # Linear asked to stop it and it has not ended yet: it ends here, stopped,
                 # and the work it gave back is claimed below.
                 self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
-            if conv.terminal:
-                return None
+            if conv.terminal or conv.ownership == Ownership.PENDING:
+                return None  # closed, or waiting for the tracker to look up who owns the issue
             if conv.kind == ConversationKind.INBOX:
                 return self._claim_inbox(conv, now)
             d = t.deliveries
@@ -121,10 +121,14 @@ class Fifo:
             t.turns.insert(id=turn_id, conversation_id=conversation_id, state=TurnState.RUNNING.value,
                            attempt=1, created_at=now, started_at=now).execute()
             d.update(state=DeliveryState.CLAIMED.value, turn_id=turn_id).where(d.id.in_(batch)).execute()
+            # The workspace is in use again: a cleanup owed since a retirement no longer applies.
+            fields: dict[Any, Any] = {t.conversations.workspace_cleanup: False,
+                                      t.conversations.workspace_kept: None}
             if not conv.session_id:
                 conv.session_id = _new_id("ses")
-                t.conversations.update(session_id=conv.session_id, updated_at=now) \
-                    .where(t.conversations.id == conversation_id).execute()
+                fields.update({t.conversations.session_id: conv.session_id,
+                               t.conversations.updated_at: now})
+            t.conversations.update(fields).where(t.conversations.id == conversation_id).execute()
             return self._claimed(conv, turn_id, 1)
 
     def _resume(self, conv: Any, turn: Any, now: int) -> ClaimedTurn | None:
@@ -182,6 +186,7 @@ class Fifo:
             tainted=bool(conv.tainted),
             entries=entries,
             inbox_headlines=inbox_headlines,
+            workspace_branch=conv.workspace_branch,
         )
 
     def turn_alive(self, turn_id: str) -> bool:
@@ -273,7 +278,8 @@ class Fifo:
             return turn is not None and self._end(turn.id, TurnResultKind.ABANDONED, now,
                                                    output=turn.last_error or "")
 
-    def reset(self, conversation_id: str, now: int) -> ResetOutcome | None:
+    def reset(self, conversation_id: str, now: int, reply: SessionReply | None = None
+              ) -> ResetOutcome | None:
         """A clear boundary at `now`: a new session; work received up to it is completed as reset.
 
         The current turn, if any, is removed with its claims; deliveries received
@@ -284,13 +290,14 @@ class Fifo:
             conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
             if conv is None:
                 return None
-            self._answer_open_sessions(conversation_id, replies.RESET, now, received_before=now)
+            self._answer_open_sessions(conversation_id, reply, now, received_before=now)
             turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
             if turn is not None:
                 self._end(turn.id, TurnResultKind.RESET, now)
             session_id = _new_id("ses")
             t.conversations.update(session_id=session_id, reset_at=now, updated_at=now) \
                 .where(t.conversations.id == conversation_id).execute()
+            self._owe_cleanup(conversation_id)
             completed = self._complete_before_boundary(conversation_id, now)
             return ResetOutcome(session_id, completed, turn.id if turn else None)
 
@@ -307,10 +314,17 @@ class Fifo:
             .execute()
         )
 
-    def retire(self, conversation_id: str, now: int) -> int:
-        """Terminal intent: remove the running turn and complete all unfinished work as retired."""
+    def retire(self, conversation_id: str, now: int, reply: SessionReply | None = None) -> int:
+        """Terminal intent: remove the running turn and complete all unfinished work as retired.
+
+        Sessions whose work is dropped get `reply`; the workspace is owed a cleanup.
+        """
+        self._answer_open_sessions(conversation_id, reply, now)
+        self._owe_cleanup(conversation_id)
+        return self._retire_work(conversation_id, now)
+
+    def _retire_work(self, conversation_id: str, now: int) -> int:
         t, d = self._t, self._t.deliveries
-        self._answer_open_sessions(conversation_id, replies.RETIRED, now)
         turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
         if turn is not None:
             self._end(turn.id, TurnResultKind.RETIRED, now)
@@ -321,44 +335,64 @@ class Fifo:
             .execute()
         )
 
+    def complete_not_owned(self, conversation_id: str, now: int) -> int:
+        """The route does not own the issue: its Issue and Comment deliveries complete as
+        `not_owned`, with no turn (agent sessions, explicit delegation, stay)."""
+        d = self._t.deliveries
+        return (
+            d.update(state=DeliveryState.COMPLETED.value, completed_at=now,
+                     completion=TurnResultKind.NOT_OWNED.value)
+            .where((d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value)
+                   & (fn.json_extract(d.envelope, "$.kind") == "data_change"))
+            .execute()
+        )
+
+    def _owe_cleanup(self, conversation_id: str) -> None:
+        """A worktree's retirement is owed: done once no turn runs in it (and at start-up)."""
+        c = self._t.conversations
+        c.update(workspace_cleanup=True).where(
+            (c.id == conversation_id) & c.workspace_branch.is_null(False)).execute()
+
     # --- recovery --------------------------------------------------------------------------
 
-    def recover(self, now: int, rerun_effects: Callable[[str, list[str]], list[EffectSpec]] | None = None
-                ) -> list[str]:
+    def recover(self, now: int, rerun: SessionReply | None = None,
+                interrupted: SessionReply | None = None) -> list[str]:
         """Startup repair; returns every conversation with work to run.
 
         Ends turns Linear asked to stop, applies reset boundaries, returns orphan
         claims to pending (sequence unchanged), marks turns that were running as due
-        for a re-run (preparing `rerun_effects(conversation_id, session_ids)` for
-        each), and lists conversations with pending deliveries or due turns.
+        for a re-run (their sessions get `rerun`) or stalls those interrupted too often
+        (their sessions get `interrupted`), and lists conversations with pending
+        deliveries or due turns.
         """
         t, d = self._t, self._t.deliveries
         with self._db.atomic():
             for turn in t.turns.select().where(t.turns.stop_requested == True):  # noqa: E712
                 # Linear asked to stop it and the crash came first: it ends now, not re-run.
                 self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
-            if rerun_effects is not None:
+            if rerun is not None:
                 for turn in t.turns.select().where((t.turns.state == TurnState.RUNNING.value)
                                                    & (t.turns.attempt < MAX_INTERRUPTED_ATTEMPTS)):
                     sessions = self._sessions_of_turn(turn.id)
-                    self._outbox.prepare(rerun_effects(turn.conversation_id, sessions), now)
+                    self._outbox.prepare(rerun.to(sessions, turn.conversation_id), now)
             for conv in t.conversations.select(t.conversations.id, t.conversations.reset_at) \
                     .where(t.conversations.reset_at.is_null(False)):
                 self._complete_before_boundary(conv.id, conv.reset_at)
             for conv in t.conversations.select(t.conversations.id).where(t.conversations.terminal == True):  # noqa: E712
-                self.retire(conv.id, now)
+                self._retire_work(conv.id, now)  # the cleanup it owes is already recorded
             live_turns = t.turns.select(t.turns.id)
             d.update(state=DeliveryState.PENDING.value, turn_id=None).where(
                 (d.state == DeliveryState.CLAIMED.value) & (d.turn_id.is_null() | d.turn_id.not_in(live_turns))
             ).execute()
-            interrupted = t.turns.state == TurnState.RUNNING.value
-            for turn in t.turns.select().where(interrupted & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)):
-                self._outbox.prepare(replies.for_sessions(
-                    self._sessions_of_turn(turn.id), "error", replies.INTERRUPTED, turn.conversation_id), now)
+            was_running = t.turns.state == TurnState.RUNNING.value
+            for turn in t.turns.select().where(was_running & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)):
+                if interrupted is not None:
+                    self._outbox.prepare(interrupted.to(self._sessions_of_turn(turn.id),
+                                                              turn.conversation_id), now)
             t.turns.update(state=TurnState.STALLED.value, last_error="interrupted by restarts") \
-                .where(interrupted & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)).execute()
+                .where(was_running & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)).execute()
             t.turns.update(state=TurnState.RETRY.value, next_attempt_at=now, attempt=t.turns.attempt + 1) \
-                .where(interrupted).execute()
+                .where(was_running).execute()
             return self.conversations_with_work(now)
 
     def conversations_with_work(self, now: int) -> list[str]:
@@ -371,16 +405,18 @@ class Fifo:
             .where((d.state == DeliveryState.PENDING.value) & d.conversation_id.not_in(tt.select(tt.conversation_id)))
             .group_by(d.conversation_id).order_by(fn.MIN(d.id))
         )
-        terminal = self._t.conversations.select(self._t.conversations.id) \
-            .where(self._t.conversations.terminal == True)  # noqa: E712
-        ids = [r.conversation_id for r in pending.where(d.conversation_id.not_in(terminal))]
+        c = self._t.conversations
+        waiting = c.select(c.id).where((c.terminal == True) | (c.ownership == Ownership.PENDING.value))  # noqa: E712
+        ids = [r.conversation_id for r in pending.where(d.conversation_id.not_in(waiting))]
         inbox = [INBOX_CONVERSATION_ID] if self._inbox_waiting() else []
         return running + self.due_retries(now) + ids + inbox
 
-    def _answer_open_sessions(self, conversation_id: str, text: str, now: int,
+    def _answer_open_sessions(self, conversation_id: str, reply: SessionReply | None, now: int,
                               received_before: int | None = None) -> None:
         """Close every agent session whose unfinished work is being dropped, so none stays
         'working' in Linear (inside the caller's transaction)."""
+        if reply is None:
+            return
         d = self._t.deliveries
         where = (d.conversation_id == conversation_id) & (d.state != DeliveryState.COMPLETED.value)
         if received_before is not None:
@@ -390,7 +426,7 @@ class Fifo:
             env = parse_envelope(row.envelope)
             if isinstance(env, AgentSession) and env.session_id not in sessions:
                 sessions.append(env.session_id)
-        self._outbox.prepare(replies.for_sessions(sessions, "response", text, conversation_id), now)
+        self._outbox.prepare(reply.to(sessions, conversation_id), now)
 
     def _sessions_of_turn(self, turn_id: str) -> list[str]:
         d = self._t.deliveries
@@ -467,7 +503,7 @@ class Fifo:
             return turn.state == TurnState.RUNNING or (
                 turn.state == TurnState.RETRY and (turn.next_attempt_at or 0) <= now
             )
-        if conv.terminal:
+        if conv.terminal or conv.ownership == Ownership.PENDING:
             return False
         if conv.kind == ConversationKind.INBOX:
             return self._inbox_waiting()

@@ -62,6 +62,19 @@ class EffectSpec:
 
 
 @dataclass(frozen=True)
+class SessionReply:
+    """The same activity for every agent session a decision affects: its kind and body."""
+
+    kind: str
+    body: str
+
+    def to(self, sessions: Iterable[str], conversation_id: str | None) -> list[EffectSpec]:
+        """One activity effect per session."""
+        return [EffectSpec(EffectKind.AGENT_ACTIVITY, s, self.body, self.kind, conversation_id)
+                for s in sessions]
+
+
+@dataclass(frozen=True)
 class PendingEffect:
     """A prepared effect, ready for the wire."""
 

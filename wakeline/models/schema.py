@@ -179,4 +179,30 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # 9: issue routes. Ownership (is the issue in the route's projects? pending: the tracker
+    # looks it up), the terminal outcome and its evidence, and the conversation's worktree
+    # (its branch, a cleanup owed after retirement, and why a dirty one was kept).
+    [
+        "ALTER TABLE conversations ADD COLUMN ownership TEXT NOT NULL DEFAULT 'owned'"
+        " CHECK (ownership IN ('owned', 'pending', 'not_owned'))",
+        "ALTER TABLE conversations ADD COLUMN project_id TEXT",
+        "ALTER TABLE conversations ADD COLUMN ownership_attempts INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE conversations ADD COLUMN ownership_next_at INTEGER",
+        "ALTER TABLE conversations ADD COLUMN ownership_error TEXT",
+        "ALTER TABLE conversations ADD COLUMN ownership_answer TEXT",
+        "ALTER TABLE conversations ADD COLUMN outcome TEXT CHECK (outcome IN ('completed', 'canceled'))",
+        "ALTER TABLE conversations ADD COLUMN terminal_state_id TEXT",
+        "ALTER TABLE conversations ADD COLUMN done_state_id TEXT",
+        "ALTER TABLE conversations ADD COLUMN workspace_branch TEXT",
+        "ALTER TABLE conversations ADD COLUMN workspace_cleanup INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE conversations ADD COLUMN workspace_kept TEXT",
+        # Without the exact evidence, an old terminal conversation was not completed.
+        "UPDATE conversations SET outcome = 'canceled' WHERE terminal = 1",
+        "CREATE INDEX conversations_ownership_due ON conversations (ownership_next_at)"
+        " WHERE ownership = 'pending'",
+        "CREATE INDEX conversations_cleanup ON conversations (id) WHERE workspace_cleanup = 1",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

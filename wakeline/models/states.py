@@ -48,15 +48,35 @@ class TurnResultKind(StrEnum):
     RESET = "reset"  # a context reset cleared it
     ABANDONED = "abandoned"  # an operator gave up on a stalled turn
     RETIRED = "retired"  # the issue reached a terminal state
+    NOT_OWNED = "not_owned"  # the issue is not in the route's projects (a completion, never a turn)
 
 
 class ConversationState(StrEnum):
-    """What `GET /v1/conversations` shows."""
+    """What `GET /v1/conversations` shows (the lifecycle is drawn in docs/architecture.md)."""
 
     IDLE = "idle"
     RUNNING = "running"
     STALLED = "stalled"
+    WAITING_OWNERSHIP = "waiting_ownership"
     TERMINAL = "terminal"
+
+
+class Ownership(StrEnum):
+    """Whether an issue conversation's route owns the issue (its project is one of the route's).
+
+    Only Issue and Comment events are gated by it; agent sessions are explicit delegation.
+    """
+
+    OWNED = "owned"
+    PENDING = "pending"  # not known from a signed payload yet: the tracker looks it up
+    NOT_OWNED = "not_owned"
+
+
+class TerminalOutcome(StrEnum):
+    """How a terminal conversation ended, by exact evidence: the route's Done state or not."""
+
+    COMPLETED = "completed"
+    CANCELED = "canceled"
 
 
 class ConversationKind(StrEnum):

@@ -17,13 +17,14 @@ from peewee import SqliteDatabase, fn
 from wakeline.clock import Clock
 from wakeline.errors import Unavailable
 from wakeline.models.admissions import FOLLOWING_KEY, AdmissionResult, Admissions
+from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
 from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
-from wakeline.models.states import DeliveryState, TurnState
+from wakeline.models.plans import AdmissionPlan
+from wakeline.models.states import DeliveryState, Ownership, TerminalOutcome, TurnState
 from wakeline.models.tables import Tables, bind_tables
-from wakeline.routing import AdmissionPlan
 
 OWN_CREATES_KEPT_MS = 30 * 24 * 3600 * 1000
 
@@ -40,6 +41,9 @@ class Counts:
     running: int
     stalled: int
     terminal: int
+    completed: int
+    canceled: int
+    waiting_ownership: int
     fifo_pending: int
     fifo_claimed: int
     inbox_unread: int
@@ -55,6 +59,7 @@ class Store:
         self.outbox = Outbox(db, self.t)
         self.fifo = Fifo(db, self.t, self.outbox, self.following)
         self.inbox = InboxStore(db, self.t)
+        self.conversations = ConversationRecords(db, self.t, self.fifo)
         self._following_default = following_default
         self._admissions = Admissions(db, self.fifo, self.outbox, following_default)
 
@@ -102,11 +107,17 @@ class Store:
         tt = self.t.turns
         turns = dict(tt.select(tt.state, fn.COUNT(tt.id)).group_by(tt.state).tuples())
         c = self.t.conversations
+        outcomes = dict(c.select(c.outcome, fn.COUNT(c.id)).where(c.terminal == True)  # noqa: E712
+                        .group_by(c.outcome).tuples())
         return Counts(
             conversations=c.select().count(),
             running=turns.get(TurnState.RUNNING.value, 0) + turns.get(TurnState.RETRY.value, 0),
             stalled=turns.get(TurnState.STALLED.value, 0),
-            terminal=c.select().where(c.terminal == True).count(),  # noqa: E712
+            terminal=sum(outcomes.values()),
+            completed=outcomes.get(TerminalOutcome.COMPLETED.value, 0),
+            canceled=outcomes.get(TerminalOutcome.CANCELED.value, 0),
+            waiting_ownership=c.select().where((c.ownership == Ownership.PENDING.value)
+                                               & (c.terminal == False)).count(),  # noqa: E712
             fifo_pending=by_state.get(DeliveryState.PENDING.value, 0),
             fifo_claimed=by_state.get(DeliveryState.CLAIMED.value, 0),
             inbox_unread=self.inbox.unread_count(),

@@ -35,6 +35,18 @@ class Conversation(_Table):
     issue_identifier = TextField(null=True)
     agent_session_id = TextField(null=True)
     tainted = BooleanField(default=False)
+    ownership = TextField(default="owned")
+    project_id = TextField(null=True)
+    ownership_attempts = IntegerField(default=0)
+    ownership_next_at = IntegerField(null=True)
+    ownership_error = TextField(null=True)
+    ownership_answer = TextField(null=True)
+    outcome = TextField(null=True)
+    terminal_state_id = TextField(null=True)
+    done_state_id = TextField(null=True)
+    workspace_branch = TextField(null=True)
+    workspace_cleanup = BooleanField(default=False)
+    workspace_kept = TextField(null=True)
 
     class Meta:
         table_name = "conversations"

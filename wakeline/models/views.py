@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from peewee import fn
 
 from wakeline.clock import iso
-from wakeline.models.states import ConversationState, DeliveryState, TurnState
+from wakeline.models.states import ConversationState, DeliveryState, Ownership, TurnState
 from wakeline.models.store import Store
 
 FIFO_SHOWN = 200
@@ -17,6 +18,8 @@ TURNS_SHOWN = 10
 def _state(conv: Any, turn: Any) -> ConversationState:
     if conv.terminal:
         return ConversationState.TERMINAL
+    if conv.ownership == Ownership.PENDING:
+        return ConversationState.WAITING_OWNERSHIP
     if turn is None:
         return ConversationState.IDLE
     if turn.state == TurnState.STALLED:
@@ -76,14 +79,39 @@ def _summary(conv: Any, turn: Any, counts: dict[tuple[str, str], int]) -> dict[s
         "title": conv.title,
         "route": conv.route,
         "state": _state(conv, turn).value,
+        "outcome": conv.outcome if conv.terminal else None,
+        # The exact evidence of the outcome: completed only when the two ids match.
+        "terminalEvidence": {"stateId": conv.terminal_state_id, "doneStateId": conv.done_state_id}
+        if conv.terminal else None,
         "pending": counts.get((conv.id, DeliveryState.PENDING.value), 0),
         "claimed": counts.get((conv.id, DeliveryState.CLAIMED.value), 0),
         "session": conv.session_id,
         "agentSession": conv.agent_session_id,
         "issue": {"id": conv.issue_id, "identifier": conv.issue_identifier} if conv.issue_id else None,
         "turn": _turn(turn),
+        "ownership": _ownership(conv),
+        "workspace": _workspace(conv),
         "updatedAt": _ms(conv.updated_at),
     }
+
+
+def _ownership(conv: Any) -> dict[str, Any]:
+    """Whether the route owns the issue, and what the last lookup said or why it waits."""
+    view: dict[str, Any] = {"state": conv.ownership, "projectId": conv.project_id}
+    if conv.ownership == Ownership.PENDING:
+        view.update(attempts=conv.ownership_attempts, nextAttemptAt=_ms(conv.ownership_next_at),
+                    lastError=conv.ownership_error)
+    if conv.ownership_answer:
+        view["lookup"] = json.loads(conv.ownership_answer)
+    return view
+
+
+def _workspace(conv: Any) -> dict[str, Any] | None:
+    """The worktree's branch, a cleanup still owed, and a dirty one kept (with why)."""
+    if not conv.workspace_branch:
+        return None
+    return {"branch": conv.workspace_branch, "cleanupPending": bool(conv.workspace_cleanup),
+            "kept": conv.workspace_kept}
 
 
 def _last_results(store: Store, ids: list[str]) -> dict[str, dict[str, Any]]:

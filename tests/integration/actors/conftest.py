@@ -79,7 +79,8 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         env = {"PATH": "/usr/bin:/bin", "FAKE_AGENT_LOG": str(log),
                "WAKELINE_LINEAR_API_KEY": "must-not-leak", "UNRELATED": "kept"}
         keys = secrets if credential else replace(secrets, linear_api_key=None)
-        service = build_service(config, keys, base_env=env, tick_seconds=0.05)
+        service = build_service(config, keys, base_env=env, tick_seconds=0.05,
+                                ownership_backoff_seconds=(0.2,))
         service.turn_env.kill_grace_seconds = 0.5
         service.start()
         started.append(service)
@@ -88,7 +89,8 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         def restart() -> None:
             """Stop this service and start another on the same state, as after a crash."""
             harness.service.stop()
-            again = build_service(config, keys, base_env=env, tick_seconds=0.05)
+            again = build_service(config, keys, base_env=env, tick_seconds=0.05,
+                                  ownership_backoff_seconds=(0.2,))
             again.turn_env.kill_grace_seconds = 0.5
             again.start()
             started.append(again)

@@ -83,7 +83,8 @@ def test_status_has_the_contract_shape(operator: Any) -> None:
     data = resp.json
     assert set(data) == {"version", "uptimeSeconds", "following", "conversations", "fifo", "inbox",
                          "liveActors", "threads"}
-    assert set(data["conversations"]) == {"total", "running", "stalled", "terminal"}
+    assert set(data["conversations"]) == {"total", "running", "stalled", "waitingOwnership",
+                                          "terminal", "completed", "canceled"}
     assert set(data["fifo"]) == {"pending", "claimed"}
     assert set(data["inbox"]) == {"unread"}
     assert isinstance(data["version"], str) and data["version"]

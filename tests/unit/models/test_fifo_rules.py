@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from tests.unit.models.test_fifo_state_machine import plan_for
+from tests.unit.models.test_fifo_state_machine import plan_for, routed
 from wakeline.models.envelopes import DataChange, IssueInfo
 from wakeline.models.fifo import MAX_INTERRUPTED_ATTEMPTS
+from wakeline.models.plans import AdmissionPlan
 from wakeline.models.states import DeliveryState, TurnResultKind, TurnState
 from wakeline.models.store import Store
+from wakeline.providers.linear.replies import INTERRUPTED_REPLY, RERUN_REPLY, RESET_REPLY
 
 
 def admit(store: Store, issue: str, now: int) -> str:
@@ -33,8 +35,8 @@ def comment_plan(issue: str, now: int):  # type: ignore[no-untyped-def]
     plan = plan_for(issue, now)
     envelope = DataChange(event_type="Comment", action="create", object_id=f"c-{now}",
                           issue=IssueInfo(id=issue, identifier=f"ENG-{issue}", team_key="ENG"))
-    return replace(plan, delivery=replace(plan.delivery, envelope=envelope, event_type="Comment",
-                                          action="create"))
+    delivery = replace(plan.delivery, envelope=envelope, event_type="Comment", action="create")
+    return AdmissionPlan.fixed(delivery, now, routed(issue))
 
 
 def states(store: Store) -> list[tuple[str, str | None]]:
@@ -64,7 +66,7 @@ def test_a_stopped_turn_that_a_crash_interrupted_ends_at_recovery(store: Store) 
     with store.db.atomic():
         assert store.fifo.stop_session(cid, "s-i-1", 2_000) is True
     # The process died before its actor finalised the turn: it is not re-run.
-    assert store.fifo.recover(3_000, lambda conversation, sessions: []) == [cid]
+    assert store.fifo.recover(3_000) == [cid]
     assert not store.fifo.turn_alive(turn.turn_id)
     again = store.fifo.claim(cid, 3_000)
     assert again is not None and again.turn_id != turn.turn_id  # the other session's request
@@ -87,7 +89,7 @@ def test_a_linear_stop_ends_a_waiting_turn_and_gives_back_its_other_work(store: 
 
 def test_a_delivery_received_before_a_committed_reset_belongs_to_the_old_context(store: Store) -> None:
     cid = admit(store, "i-1", 1_000)
-    store.fifo.reset(cid, 5_000)
+    store.fifo.reset(cid, 5_000, RESET_REPLY)
     [late] = store.admit([plan_for("i-1", 4_000)])  # arrived before the reset, committed after
     assert late.wake_ids == ()
     d = store.t.deliveries
@@ -136,6 +138,6 @@ def test_a_turn_stalled_by_restarts_answers_its_sessions(store: Store) -> None:
     cid = admit(store, "i-1", 1_000)
     store.fifo.claim(cid, 1_000)
     store.t.turns.update(attempt=MAX_INTERRUPTED_ATTEMPTS).execute()
-    store.fifo.recover(2_000)
+    store.fifo.recover(2_000, RERUN_REPLY, INTERRUPTED_REPLY)
     errors = [e for e in store.outbox.listing() if e["summary"].startswith("error")]
     assert len(errors) == 1 and errors[0]["target"] == "s-i-1"

@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from wakeline.clock import SystemClock
-from wakeline.models.envelopes import AgentSession, IssueInfo, Subject, parse_envelope
-from wakeline.models.states import DeliveryState, Outcome, TurnResultKind, TurnState
+from wakeline.models.envelopes import AgentSession, InboundDelivery, IssueInfo, Subject, parse_envelope
+from wakeline.models.plans import AdmissionPlan, Decision, NewConversation
+from wakeline.models.states import DeliveryState, Outcome, Ownership, TurnResultKind, TurnState
 from wakeline.models.store import Store
-from wakeline.providers.linear.adapter import ParsedDelivery
-from wakeline.routing import AdmissionPlan
+from wakeline.providers.linear.replies import RESET_REPLY
 
 ISSUES = ("i-a", "i-b", "i-c")
 SESSIONS = ("one", "two")  # two agent sessions per issue, so a Linear stop can split a turn
@@ -35,10 +35,16 @@ def plan_for(issue: str, now: int, session: str | None = None) -> AdmissionPlan:
     envelope = AgentSession(action="prompted", session_id=session or f"s-{issue}",
                             issue=IssueInfo(id=issue, identifier=f"ENG-{issue}", team_key="ENG"))
     subject = Subject(namespace="linear:org:issue", key=issue)
-    parsed = ParsedDelivery(delivery_id=delivery_id, body_sha256=hashlib.sha256(delivery_id.encode()).hexdigest(),
-                            event_type="AgentSessionEvent", action="prompted", webhook_ms=now,
-                            envelope=envelope, subject=subject, headline="h", inbox_event=None)
-    return AdmissionPlan(parsed, now, Outcome.ACCEPTED, subject=subject, route="eng", title=issue, to_fifo=True)
+    parsed = InboundDelivery(delivery_id=delivery_id, body_sha256=hashlib.sha256(delivery_id.encode()).hexdigest(),
+                             event_type="AgentSessionEvent", action="prompted", webhook_ms=now,
+                             envelope=envelope, subject=subject, headline="h", inbox_event=None)
+    return AdmissionPlan.fixed(parsed, now, routed(issue, session=envelope.session_id))
+
+
+def routed(issue: str, session: str | None = None) -> Decision:
+    """Accepted into the issue's conversation of route `eng` (created if new)."""
+    return Decision(Outcome.ACCEPTED, create=NewConversation("eng", issue, False, Ownership.OWNED),
+                    to_fifo=True, session_id=session, reset_reply=RESET_REPLY)
 
 
 class FifoMachine(RuleBasedStateMachine):

@@ -1,7 +1,7 @@
 """Turn a signed Linear webhook into a typed delivery, checking it on the way.
 
 `LinearWebhooks.read` runs the contract's checks in order (signature, shape,
-timestamp, organization) and returns a `ParsedDelivery`. The size limit is the
+timestamp, organization) and returns an `InboundDelivery`. The size limit is the
 HTTP edge's job, since it must refuse before reading the body.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +18,7 @@ from wakeline.models.envelopes import (
     ActorInfo,
     AgentSession,
     DataChange,
+    InboundDelivery,
     IssueInfo,
     JsonObject,
     Subject,
@@ -48,23 +48,6 @@ ISSUE_NAMESPACE = "linear:{org}:issue"
 INBOX_KEYS = ("type", "action", "url", "createdAt", "actor", "data", "updatedFrom")
 
 
-@dataclass(frozen=True)
-class ParsedDelivery:
-    """A verified delivery, typed. `envelope` is None for events wakeline does not act on."""
-
-    delivery_id: str
-    body_sha256: str
-    event_type: str
-    action: str
-    webhook_ms: int
-    envelope: DataChange | AgentSession | None
-    subject: Subject | None
-    headline: str
-    inbox_event: JsonObject | None
-    ignore_reason: str | None = None
-    organization_id: str | None = None
-
-
 class LinearWebhooks:
     """Verifies and parses Linear webhook deliveries."""
 
@@ -75,7 +58,7 @@ class LinearWebhooks:
 
     def read(
         self, body: bytes, *, signature: str | None, delivery_id: str | None, now_ms: int
-    ) -> ParsedDelivery:
+    ) -> InboundDelivery:
         """Check and parse one delivery.
 
         Raises:
@@ -150,7 +133,7 @@ def _validation_detail(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
-def _parse(raw: JsonObject, delivery_id: str, sha: str) -> ParsedDelivery:
+def _parse(raw: JsonObject, delivery_id: str, sha: str) -> InboundDelivery:
     event_type = raw.get("type")
     if not isinstance(event_type, str) or not event_type:
         raise Malformed("type: field required")
@@ -168,7 +151,7 @@ def _parse(raw: JsonObject, delivery_id: str, sha: str) -> ParsedDelivery:
     action = raw.get("action")
     if not isinstance(action, str) or not action:
         raise Malformed("action: field required")
-    return ParsedDelivery(
+    return InboundDelivery(
         delivery_id=delivery_id,
         body_sha256=sha,
         event_type=event_type,
@@ -191,11 +174,11 @@ def _delivery(
     subject: Subject | None,
     *,
     inbox: bool,
-) -> ParsedDelivery:
+) -> InboundDelivery:
     ignore = None
     if isinstance(envelope, AgentSession) and envelope.action not in ("created", "prompted"):
         ignore = "unsupported_action"
-    return ParsedDelivery(
+    return InboundDelivery(
         delivery_id=delivery_id,
         body_sha256=sha,
         event_type=raw["type"],
@@ -272,6 +255,7 @@ def _data_change(raw: JsonObject, change: DataChangePayload) -> tuple[DataChange
             title=data.title,
             team_key=_team_key(data.team.key if data.team else None, data.identifier),
             project_id=data.project_id or (data.project.id if data.project else None),
+            project_known=True,
             url=change.url,
             state=state,
         )

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from wakeline.models.envelopes import AgentSession
-from wakeline.models.outbox import EffectKind, EffectSpec
+from wakeline.models.outbox import EffectKind, EffectSpec, SessionReply
+from wakeline.models.states import TurnResultKind
 
 if TYPE_CHECKING:
     from wakeline.models.fifo import ClaimedTurn
 
 __all__ = ["EffectSpec", "activity", "comment", "for_sessions", "sessions_of", "stalled", "turn_result"]
-from wakeline.models.states import TurnResultKind
 
 BODY_MAX_CHARS = 30_000
 ACK = "Picked up by wakeline; working on it."
@@ -30,6 +30,13 @@ RESET = "The operator reset this conversation; this request was dropped with the
 RETIRED = "This issue was completed or canceled, so wakeline stopped working on it."
 INTERRUPTED = ("wakeline restarted during this turn too many times and stopped retrying it. "
                "An operator can retry or abandon it with `wakeline conversations retry|abandon`.")
+
+# What every affected session is told, for the store to prepare per session.
+ACK_REPLY = SessionReply("thought", ACK)
+RESET_REPLY = SessionReply("response", RESET)
+RETIRED_REPLY = SessionReply("response", RETIRED)
+RERUN_REPLY = SessionReply("thought", RERUN)
+INTERRUPTED_REPLY = SessionReply("error", INTERRUPTED)
 
 ACTIVITY_BY_RESULT = {
     TurnResultKind.RESPONSE: "response",

@@ -1,0 +1,82 @@
+"""A route's repository is checked before anything runs: `serve` refuses, the doctor says why."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from click.testing import CliRunner
+from falcon import testing
+
+from tests.conftest import OPERATOR_TOKEN
+from wakeline.app import check_routes, workspaces_of
+from wakeline.cli import cli
+from wakeline.config import Config
+from wakeline.errors import ConfigError
+from wakeline.http.operator import create_operator_app
+from wakeline.inbox import Inbox
+from wakeline.metrics import Metrics
+from wakeline.models.store import Store
+from wakeline.tokens import TokenRegistry
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "d@example.com"],
+                 ["config", "user.name", "D"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+    return path
+
+
+def route(repo: str, **extra: Any) -> list[dict[str, Any]]:
+    return [{"name": "ops", "teams": ["OPS"], "mode": "issue", "repo": repo, **extra}]
+
+
+def test_a_good_repo_passes(make_config: Callable[..., Config], repo: Path) -> None:
+    config = make_config(routes=route(str(repo), default_branch="main"))
+    check_routes(config, workspaces_of(config))
+
+
+@pytest.mark.parametrize(("where", "branch", "reason"), [
+    ("missing", "", "does not exist"),
+    ("plain", "", "is not a git repository"),
+    ("repo", "release", "branch release does not exist"),
+])
+def test_a_bad_repo_names_the_key_and_the_reason(make_config: Callable[..., Config], repo: Path,
+                                                 tmp_path: Path, where: str, branch: str,
+                                                 reason: str) -> None:
+    (tmp_path / "plain").mkdir()
+    config = make_config(routes=route(str(tmp_path / where), default_branch=branch))
+    with pytest.raises(ConfigError) as caught:
+        check_routes(config, workspaces_of(config))
+    assert caught.value.key == "routes.0.repo" and reason in caught.value.reason
+
+
+def test_serve_refuses_a_route_whose_repo_is_not_git(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    config = tmp_path / "wakeline.toml"
+    config.write_text('[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\nrepo = "plain"\n')
+    result = CliRunner().invoke(cli, ["--config", str(config), "serve"])
+    assert result.exit_code == 2
+    assert "config error: routes.0.repo:" in result.output
+    assert "is not a git repository" in result.output
+    assert not (tmp_path / "var").exists()  # refused before creating anything
+
+
+def test_the_doctor_reports_each_routes_repo(make_config: Callable[..., Config], store: Store,
+                                             repo: Path, tmp_path: Path) -> None:
+    config = make_config(routes=[*route(str(repo)),
+                                 {"name": "gone", "teams": ["X"], "repo": str(tmp_path / "nope")}])
+    app = create_operator_app(config, store, Inbox(store), TokenRegistry(OPERATOR_TOKEN),
+                              store.clock, Metrics())
+    client = testing.TestClient(app, headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+    data = client.simulate_get("/v1/doctor").json
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["route ops repo"]["ok"] is True
+    assert checks["route gone repo"]["ok"] is False
+    assert "does not exist" in checks["route gone repo"]["detail"]
+    assert data["ok"] is False
