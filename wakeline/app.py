@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import pykka
 
 from wakeline.actors.conversation import TurnEnv
+from wakeline.actors.echo_memory import EchoMemory
 from wakeline.actors.supervisor import Supervisor
 from wakeline.actors.tracker import OWNERSHIP_BACKOFF_SECONDS, Tracker
 from wakeline.admission import AdmissionWriter
@@ -41,6 +42,9 @@ from wakeline.workspaces import Workspaces
 TICK_SECONDS = 0.5
 # Ownership lookups wait at least 5 s after a failure: every fourth tick is soon enough.
 OWNERSHIP_EVERY_TICKS = 4
+# Echo memory resolves on every settled write; its sweep (and a pruning once a minute)
+# only catches what a lost message left behind.
+ECHO_SWEEP_EVERY_TICKS = 20
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +91,7 @@ class Service:
     operator: Listener
     supervisor: Any
     tracker: Any
+    echo_memory: Any
     ticker: Ticker
     turn_env: TurnEnv
     stopped: bool = False
@@ -115,6 +120,7 @@ class Service:
         self.operator.stop()
         self.supervisor.actor_ref.stop()
         self.tracker.actor_ref.stop()
+        self.echo_memory.actor_ref.stop()
         pykka.ActorRegistry.stop_all()
         self.store.close()
         log.info("wakeline stopped")
@@ -177,6 +183,9 @@ def build_service(
     tracker.subscribe(turn_env.settled.notify)
     supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
     tracker.subscribe_ownership(lambda cid: supervisor.wake([cid]))
+    echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake(ids)).proxy()
+    tracker.subscribe_intents(lambda ids: echo_memory.intents(ids))
+    tracker.subscribe(lambda write: echo_memory.settled(write))
 
     def admitted(results: list[Any]) -> None:
         woke = [cid for r in results for cid in r.wake_ids]
@@ -211,6 +220,7 @@ def build_service(
             config, store, inbox, tokens, clock, metrics, supervisor,
             live_actors=lambda: len(pykka.ActorRegistry.get_all()),
             tracker=tracker, settled=turn_env.settled, secrets=secrets, budget=budget,
+            echo_memory=echo_memory,
         ),
         host=server.operator_host,
         port=server.operator_port,
@@ -227,10 +237,12 @@ def build_service(
         ticks[0] += 1
         if ticks[0] % OWNERSHIP_EVERY_TICKS == 0:
             tracker.check_ownership()
+        if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
+            echo_memory.sweep()
 
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
-                   supervisor, tracker, ticker, turn_env)
+                   supervisor, tracker, echo_memory, ticker, turn_env)
 
 
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:

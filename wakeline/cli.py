@@ -169,7 +169,9 @@ def doctor(ctx: Context, as_json: bool) -> None:
 
 def _effect_line(e: dict[str, Any]) -> str:
     error = f"  ({e['error']})" if e.get("error") else ""
-    return f"{e['id']}  {e['state']:<15} {e['createdAt']}  {e['summary']}{error}"
+    lines = [f"{e['id']}  {e['state']:<15} {e['createdAt']}  {e['summary']}{error}"]
+    lines += [f"    {h['state']:<9} {h['receivedAt']}  {h['headline']}" for h in e.get("held", [])]
+    return "\n".join(lines)
 
 
 def _effects_text(data: dict[str, Any]) -> str:

@@ -114,6 +114,9 @@ class FakeLinear:
             return {"data": {"agentActivityCreate": {"success": True, "agentActivity": {"id": data.get("id")}}}}
         if "commentCreate" in query:
             return {"data": {"commentCreate": {"success": True, "comment": {"id": data.get("id")}}}}
+        for update in ("issueUpdate", "commentUpdate"):
+            if update in query:
+                return {"data": {update: {"success": True}}}
         if "viewer" in query:
             return {"data": {"viewer": {"id": "app-user-1", "name": "wakeline app"}}}
         if "issue(id:" in query:
@@ -128,6 +131,10 @@ class FakeLinear:
                                        "state": found.get("state", {"id": "state-todo",
                                                                     "type": "unstarted"})}}}
         return {"data": {}}
+
+    def updates(self) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if "issueUpdate" in r.query]
 
     def lookups(self) -> list[Recorded]:
         with self._lock:

@@ -133,7 +133,7 @@ def test_status_json_and_human_status_against_a_running_server(
     result = served.cli("status", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["following"] is False and data["fifo"] == {"pending": 0, "claimed": 0}
+    assert data["following"] is False and data["fifo"] == {"pending": 0, "claimed": 0, "held": 0}
     human = served.cli("status")
     assert human.returncode == 0, human.stderr
     assert human.stdout.startswith("wakeline ") and "inbox: 0 unread" in human.stdout

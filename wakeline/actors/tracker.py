@@ -9,7 +9,9 @@ turns still run.
 
 It also looks up, before a conversation's first turn, which route owns an issue
 whose project no signed payload stated (`check_ownership`), through the same
-client and budget; answers are cached until the next mutation.
+client and budget; answers are cached until the next mutation. A `linear graphql`
+update carries the intents recorded for it: they are marked dispatched when it
+leaves and settled with its outcome, and echo memory is told both.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class Tracker(pykka.ThreadingActor):
         self._sent_lock = threading.Lock()
         self._listeners: list[Callable[[SettledWrite], None]] = []
         self._owner_listeners: list[Callable[[str], None]] = []
+        self._intent_listeners: list[Callable[[list[str]], None]] = []
         self._looking_up: set[str] = set()
         self._cache = LookupCache(clock.monotonic)
 
@@ -154,17 +157,28 @@ class Tracker(pykka.ThreadingActor):
                 log.exception("write listener failed")
 
     def call(self, query: str, variables: dict[str, Any] | None = None,
-             operation_name: str | None = None, *, mutation: bool = False) -> Future[dict[str, Any]]:
+             operation_name: str | None = None, *, mutation: bool = False,
+             intents: Sequence[str] = ()) -> Future[dict[str, Any]]:
         """Run one GraphQL operation on the pool; the caller waits on the returned future.
 
-        A mutation retires every cached lookup; a query keeps them.
+        A mutation retires every cached lookup; a query keeps them. `intents` are the
+        recorded intents of the write: dispatched as it leaves, settled with its outcome.
         """
         if self._client is None:
+            if intents:
+                self._settle_intents(list(intents), EffectState.RELEASED, RequiresConnectedLinear.code, ())
             raise RequiresConnectedLinear("no Linear credential is configured")
         if mutation:
             self._cache.retire()
         assert self._pool is not None
+        if intents:
+            return self._pool.submit(self._write, list(intents), query, variables, operation_name)
         return self._pool.submit(self._client.execute, query, variables, operation_name)
+
+    def subscribe_intents(self, listener: Callable[[list[str]], None]) -> None:
+        """Be told of intents as their write goes on the wire (the settled ones are published
+        like every settled write)."""
+        self._intent_listeners.append(listener)
 
     def subscribe_ownership(self, listener: Callable[[str], None]) -> None:
         """Be told the id of every conversation whose ownership a lookup settled."""
@@ -242,6 +256,57 @@ class Tracker(pykka.ThreadingActor):
         except pykka.ActorDeadError:
             pass  # stopping: nobody is left to tell
 
+
+    def _write(self, intents: list[str], query: str, variables: dict[str, Any] | None,
+               operation_name: str | None) -> dict[str, Any]:
+        """On a worker: one wire attempt of a write with intents, whose outcome settles them."""
+        assert self._client is not None
+        self._store.outbox.mark_all_dispatched(intents, to_ms(self._clock.now()))
+        for listener in self._intent_listeners:
+            try:
+                listener(intents)
+            except Exception:
+                log.exception("intent listener failed")
+        state, error, ids = EffectState.OUTCOME_UNKNOWN, None, ()
+        try:
+            body = self._client.execute(query, variables, operation_name)
+            state, ids = EffectState.CONFIRMED, tuple(_created_ids(body))
+            return body
+        except (BudgetExhausted, RequiresConnectedLinear) as exc:
+            state, error = EffectState.RELEASED, exc.code  # refused before it left: no echo
+            raise
+        except ProviderRejected as exc:
+            state, error = EffectState.REJECTED, exc.detail
+            raise
+        except WakelineError as exc:
+            error = exc.detail or exc.code
+            raise
+        except Exception as exc:  # it may have left: never guessed absent
+            error = exc.__class__.__name__
+            raise
+        finally:
+            self._settle_intents(intents, state, error, ids)
+
+    def _settle_intents(self, intents: list[str], state: EffectState, error: str | None,
+                        ids: tuple[str, ...]) -> None:
+        """Record a write's outcome on its intents, then publish each as a settled write."""
+        now = to_ms(self._clock.now())
+        writes = []
+        try:
+            for effect_id in intents:
+                self._store.outbox.settle(effect_id, state, now, error=error, result_ids=list(ids))
+                writes.append(SettledWrite(effect_id, EffectKind.MUTATION, "", state, ids))
+        except Exception:
+            log.exception("recording a write's outcome failed", extra={"effects": intents})
+        finally:
+            self._store.close()
+        if state is not EffectState.CONFIRMED:
+            log.warning("linear write not confirmed", extra={"effects": intents, "state": state})
+        for write in writes:
+            try:
+                self.actor_ref.proxy().settled(write, write.effect_id)
+            except pykka.ActorDeadError:
+                pass
 
     def _look_up_owner(self, check: OwnershipCheck) -> None:
         """On a worker: ask Linear once who owns the issue; record the answer or the failure."""

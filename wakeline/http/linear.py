@@ -6,9 +6,13 @@ operator or a worker lane, and a destructive one needs `confirm` to list
 exactly its targets. All of that is decided before anything leaves. A
 `commentCreate` or `issueCreate` in it gets an id chosen here, recorded before
 the request leaves, so that the object's webhook comes back as a self-echo and
-an agent commenting on its own issue does not wake itself. The tracker's client
-sends it once and never retries; its errors map to statuses in
-`wakeline.http.errors`.
+an agent commenting on its own issue does not wake itself. An update
+(`issueUpdate`, `commentUpdate`) cannot be told apart by an id, so an intent is
+recorded for it before it leaves: the account that writes, the event it expects
+back and a fingerprint of the fields it writes; echo memory holds its echo until
+the write answers. The account is the one `linear connect` recorded, or one
+`viewer` query before the first such write. The tracker's client sends it once
+and never retries; its errors map to statuses in `wakeline.http.errors`.
 
 `POST /v1/linear/comment` goes through the outbox instead, like every write
 wakeline makes on its own: the effect (and the comment's client-chosen id) is
@@ -38,6 +42,7 @@ from wakeline.models.store import Store
 from wakeline.providers.linear import replies
 from wakeline.providers.linear.client import credential_kind
 from wakeline.providers.linear.graphql_guard import Analysis, analyze, mark_creates
+from wakeline.providers.linear.intents import write_intents
 from wakeline.tokens import Grant, Lane
 
 if TYPE_CHECKING:
@@ -76,13 +81,14 @@ class TrackerCalls:
         return bool(self._tracker.connected().get(timeout=ASK_TIMEOUT_SECONDS))
 
     def run(self, query: str, variables: dict[str, Any] | None, operation_name: str | None,
-            *, mutation: bool = False) -> dict[str, Any]:
+            *, mutation: bool = False, intents: list[str] | None = None) -> dict[str, Any]:
         """Linear's whole answer, or the wakeline error that says why there is none."""
         if self._tracker is None:
             raise RequiresConnectedLinear("the Linear tracker is not running")
         try:
             future: concurrent.futures.Future[dict[str, Any]] = self._tracker.call(
-                query, variables, operation_name, mutation=mutation).get(timeout=ASK_TIMEOUT_SECONDS)
+                query, variables, operation_name, mutation=mutation,
+                intents=intents or ()).get(timeout=ASK_TIMEOUT_SECONDS)
         except pykka.Timeout:
             # The message is still queued and may yet be sent: its outcome is unknown.
             raise PossiblyDispatched("the tracker did not take the request in time") from None
@@ -95,6 +101,49 @@ class TrackerCalls:
         except Exception as exc:  # the request may have left before it failed
             log.exception("a Linear call failed unexpectedly")
             raise PossiblyDispatched(f"the call failed ({exc.__class__.__name__})") from None
+
+
+class Account:
+    """wakeline's own Linear account: what "same account" means in echo rules."""
+
+    def __init__(self, store: Store, calls: TrackerCalls, secrets: Secrets | None, clock: Clock) -> None:
+        self._store = store
+        self._calls = calls
+        self._secrets = secrets
+        self._clock = clock
+
+    def _credential(self) -> str | None:
+        key = self._secrets.linear_api_key if self._secrets else None
+        return key.get_secret_value() if key is not None else None
+
+    def known(self) -> str | None:
+        """The recorded account's id, if it was recorded for today's credential."""
+        account = self._store.get_setting(ACCOUNT_SETTING)
+        if not account or account.get("credentialFingerprint") != credential_fingerprint(self._credential()):
+            return None
+        return str(account["id"])
+
+    def ensure(self) -> str:
+        """The account id, asking Linear once (`viewer`) when none is recorded."""
+        return self.known() or str(self.connect()["id"])
+
+    def connect(self) -> dict[str, Any]:
+        """One `viewer` query; the account Linear names is recorded and returned."""
+        credential = self._credential()
+        answer = self._calls.run(VIEWER_QUERY, None, "WakelineViewer")
+        viewer = (answer.get("data") or {}).get("viewer")
+        if not isinstance(viewer, dict) or not isinstance(viewer.get("id"), str):
+            raise ProviderRejected("Linear's answer names no viewer")
+        account = {
+            "id": viewer["id"],
+            "name": viewer.get("name") if isinstance(viewer.get("name"), str) else None,
+            "kind": credential_kind(credential),
+            "connectedAt": iso(to_ms(self._clock.now())),
+            "credentialFingerprint": credential_fingerprint(credential),
+        }
+        self._store.set_setting(ACCOUNT_SETTING, account)
+        log.info("linear account recorded", extra={"account_id": account["id"], "kind": account["kind"]})
+        return account
 
 
 def _string(body: dict[str, Any], key: str, *, error: type[WakelineError] = BadRequest) -> str | None:
@@ -125,10 +174,11 @@ def check_confirm(analysis: Analysis, confirm: Any) -> None:
 class GraphQL:
     """`POST /v1/linear/graphql` `{query, variables?, operationName?, confirm?}`."""
 
-    def __init__(self, calls: TrackerCalls, store: Store, clock: Clock) -> None:
+    def __init__(self, calls: TrackerCalls, store: Store, clock: Clock, account: Account) -> None:
         self._calls = calls
         self._store = store
         self._clock = clock
+        self._account = account
 
     @falcon.before(lanes(Lane.OPERATOR, Lane.WORKER, Lane.ROOM))
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -152,20 +202,28 @@ class GraphQL:
         if analysis.is_mutation and grant.lane not in MUTATING_LANES:
             raise LaneRefused("mutations need the operator or a worker lane")
         check_confirm(analysis, body.get("confirm"))
+        intents: list[str] = []
         if analysis.is_mutation:
             marked = mark_creates(query, variables, operation_name)
             query, variables = marked.query, marked.variables
-            self._store.record_own_creates(marked.ids, to_ms(self._clock.now()))
+            now = to_ms(self._clock.now())
+            self._store.record_own_creates(marked.ids, now)
+            updates = write_intents(query, variables, operation_name)
+            if updates:
+                intents = self._store.echoes.record_intents(updates, self._account.ensure(), now,
+                                                            grant.conversation_id)
             log.info("linear mutation dispatched", extra={
                 "operation": analysis.operation_name,
                 "root_fields": [f.name for f in analysis.root_fields],
                 "targets": analysis.target_list,
                 "creates": list(marked.ids),
+                "intents": intents,
                 "lane": grant.lane.value,
                 "conversation_id": grant.conversation_id,
             })
         try:
-            answer = self._calls.run(query, variables, operation_name, mutation=analysis.is_mutation)
+            answer = self._calls.run(query, variables, operation_name, mutation=analysis.is_mutation,
+                                     intents=intents)
         except WakelineError as exc:
             if analysis.is_mutation:
                 log.warning("linear mutation not confirmed",
@@ -235,30 +293,13 @@ class Comment:
 class Connect:
     """`POST /v1/linear/connect`: check the credential once (`viewer`) and record the account."""
 
-    def __init__(self, store: Store, calls: TrackerCalls, secrets: Secrets | None, clock: Clock) -> None:
-        self._store = store
-        self._calls = calls
-        self._secrets = secrets
-        self._clock = clock
+    def __init__(self, account: Account) -> None:
+        self._account = account
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         """`{"id", "name", "kind"}` of the account Linear says the credential belongs to."""
-        key = self._secrets.linear_api_key if self._secrets else None
-        credential = key.get_secret_value() if key is not None else None
-        answer = self._calls.run(VIEWER_QUERY, None, "WakelineViewer")
-        viewer = (answer.get("data") or {}).get("viewer")
-        if not isinstance(viewer, dict) or not isinstance(viewer.get("id"), str):
-            raise ProviderRejected("Linear's answer names no viewer")
-        account = {
-            "id": viewer["id"],
-            "name": viewer.get("name") if isinstance(viewer.get("name"), str) else None,
-            "kind": credential_kind(credential),
-            "connectedAt": iso(to_ms(self._clock.now())),
-            "credentialFingerprint": credential_fingerprint(credential),
-        }
-        self._store.set_setting(ACCOUNT_SETTING, account)
-        log.info("linear account recorded", extra={"account_id": account["id"], "kind": account["kind"]})
+        account = self._account.connect()
         resp.media = {k: account[k] for k in ("id", "name", "kind", "connectedAt")}
 
 
@@ -267,6 +308,7 @@ def add_routes(app: falcon.App, store: Store, clock: Clock, tracker: Any, settle
     """Mount the `/v1/linear/*` resources; `settled` wakes comment writes as the tracker settles them."""
     calls = TrackerCalls(tracker)
     settled = settled or SettledSignal()
-    app.add_route("/v1/linear/graphql", GraphQL(calls, store, clock))
+    account = Account(store, calls, secrets, clock)
+    app.add_route("/v1/linear/graphql", GraphQL(calls, store, clock, account))
     app.add_route("/v1/linear/comment", Comment(store, calls, tracker, settled, clock))
-    app.add_route("/v1/linear/connect", Connect(store, calls, secrets, clock))
+    app.add_route("/v1/linear/connect", Connect(account))

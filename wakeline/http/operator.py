@@ -52,7 +52,8 @@ class Status:
                 "completed": counts.completed,
                 "canceled": counts.canceled,
             },
-            "fifo": {"pending": counts.fifo_pending, "claimed": counts.fifo_claimed},
+            "fifo": {"pending": counts.fifo_pending, "claimed": counts.fifo_claimed,
+                     "held": counts.fifo_held},
             "inbox": {"unread": counts.inbox_unread},
             "liveActors": self._live_actors(),
             "threads": threading.active_count(),
@@ -146,6 +147,7 @@ def create_operator_app(
     settled: Any = None,
     secrets: Secrets | None = None,
     budget: RequestBudget | None = None,
+    echo_memory: Any = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
@@ -158,7 +160,7 @@ def create_operator_app(
     app.add_route("/v1/inbox/ack", InboxAck(inbox))
     conversations.add_routes(app, store, supervisor)
     linear.add_routes(app, store, clock, tracker, settled, secrets)
-    effects.add_routes(app, store, clock)
+    effects.add_routes(app, store, echo_memory)
     doctor.add_routes(app, config, store, secrets, budget)
     return app
 

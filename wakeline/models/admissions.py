@@ -14,6 +14,12 @@ FIFO's methods inside the same transaction.
 The store decides nothing about routing: each plan's `decide` does, given the
 conversation as this transaction sees it, and the transaction records the
 `Decision` it returns.
+
+Echoes are classified first, on exact evidence only: an object id one of our
+creates chose (`self_echo`); an update matching a confirmed intent's fingerprint
+inside the echo window (`self_echo`); or an update of the same account, kind,
+action and subject as an intent still in flight (`held`: its FIFO entry waits in
+place and its inbox message is kept back until echo memory resolves it).
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from typing import Sequence
 from peewee import DatabaseError, SqliteDatabase
 
 from wakeline.errors import Unavailable
+from wakeline.models.echoes import CANDIDATE_WINDOW_MS, UNRESOLVED, Echoes, IntentRow, matches
 from wakeline.models.envelopes import DataChange, InboundDelivery, Subject, dump_envelope
 from wakeline.models.fifo import Fifo
-from wakeline.models.outbox import Outbox
+from wakeline.models.outbox import EffectState, Outbox
 from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind
@@ -163,10 +170,12 @@ class Admissions:
             following = self._following(conn)
             own = self._own_writes(conn, plans)
             convs = self._conversations(conn, plans)
+            intents = Echoes.intents_for(
+                conn, (p.delivery.evidence.subject for p in plans if p.delivery.evidence))
             results: list[AdmissionResult | Unavailable] = []
             for plan in plans:
                 try:
-                    results.append(self._admit(conn, plan, following, own, convs))
+                    results.append(self._admit(conn, plan, following, own, convs, intents))
                 except Exception as exc:
                     log.warning(
                         "admission failed",
@@ -208,21 +217,25 @@ class Admissions:
         return found
 
     def _admit(self, conn: sqlite3.Connection, plan: AdmissionPlan, following: bool,
-               own: dict[str, int], convs: dict[Subject, _Conversation]) -> AdmissionResult:
+               own: dict[str, int], convs: dict[Subject, _Conversation],
+               intents: dict[str, list[IntentRow]]) -> AdmissionResult:
         d, now = plan.delivery, plan.received_ms
-        if self._is_echo(plan, own):
+        hold = self._in_flight(plan, intents)
+        if not hold and (self._is_echo(plan, own) or self._is_confirmed_echo(plan, intents)):
             if self._receipt(conn, plan, Outcome.SELF_ECHO, "own_write", None) is None:
                 return self._duplicate(conn, d)
             return AdmissionResult(Outcome.SELF_ECHO, "own_write")
         conv = convs.get(d.subject) if plan.needs_conversation and d.subject is not None else None
         decision = plan.decide(conv.facts() if conv is not None else None)
+        outcome, reason = (Outcome.HELD, None) if hold else (decision.outcome, decision.reason)
         linked = conv is not None and _touches(decision)
-        receipt_id = self._receipt(conn, plan, decision.outcome, decision.reason,
+        receipt_id = self._receipt(conn, plan, outcome, reason,
                                    conv.id if linked and conv is not None else None)
         if receipt_id is None:
             return self._duplicate(conn, d)
         effects = list(decision.effects)
         changed, lookup = False, False
+        fifo_id: int | None = None
         if conv is None and decision.create is not None and d.subject is not None:
             conv = convs[d.subject] = self._create(conn, plan, decision.create)
             conn.execute(_RECEIPT_CONVERSATION, (conv.id, receipt_id))
@@ -250,8 +263,9 @@ class Admissions:
                 conn.execute("UPDATE conversations SET agent_session_id = ? WHERE id = ?",
                              (session, conv.id))
             if to_fifo:
-                to_fifo = self._enqueue(conn, conv, plan, receipt_id)
-                if not to_fifo and session is not None and decision.reset_reply is not None:
+                fifo_id = self._enqueue(conn, conv, plan, receipt_id, held=bool(hold))
+                to_fifo = fifo_id is not None and not hold
+                if fifo_id is None and session is not None and decision.reset_reply is not None:
                     effects += decision.reset_reply.to([session], None)
         conversation_id = conv.id if conv is not None and (linked or decision.create) else None
         wake_ids: list[str] = []
@@ -263,8 +277,15 @@ class Admissions:
                 wake_ids.append(conv.id)
         elif lookup and conv is not None:
             lookup_ids.append(conv.id)
+        event = None
         if d.inbox_event is not None and decision.outcome in _INBOX_OUTCOMES:
             event = json.dumps(d.inbox_event, ensure_ascii=False, separators=(",", ":"))
+        if hold:
+            assert d.evidence is not None
+            # Kept back whole: a FIFO entry waiting in place, the inbox message for later.
+            Echoes.hold(conn, receipt_id, fifo_id, conversation_id, d.evidence, hold, event,
+                        d.headline, now)
+        elif event is not None:
             # Only what arrives while following is on may wake an inbox turn.
             conn.execute(_INBOX, (receipt_id, now, d.headline, event, len(event.encode("utf-8")),
                                   int(following)))
@@ -273,7 +294,7 @@ class Admissions:
         if effects:
             self._outbox.prepare(
                 [replace(s, conversation_id=s.conversation_id or conversation_id) for s in effects], now)
-        return AdmissionResult(decision.outcome, decision.reason, conversation_id, effects=len(effects),
+        return AdmissionResult(outcome, reason, conversation_id, effects=len(effects),
                                wake_ids=tuple(wake_ids), lookup_ids=tuple(lookup_ids))
 
     @staticmethod
@@ -296,6 +317,28 @@ class Admissions:
         return env.action == "create" or plan.received_ms - own[env.object_id] <= plan.echo_window_ms
 
     @staticmethod
+    def _in_flight(plan: AdmissionPlan, intents: dict[str, list[IntentRow]]) -> list[str]:
+        """The unresolved intents this update may be the echo of: same account, kind, action
+        and subject, attempted within the candidate window. A terminal-state callback is
+        never held: its lifecycle must close the conversation whoever wrote it."""
+        ev = plan.delivery.evidence
+        if ev is None or ev.terminal:
+            return []
+        return [i.id for i in intents.get(ev.subject, ()) if i.expects(ev) and i.state in UNRESOLVED
+                and plan.received_ms - i.created_at <= CANDIDATE_WINDOW_MS]
+
+    @staticmethod
+    def _is_confirmed_echo(plan: AdmissionPlan, intents: dict[str, list[IntentRow]]) -> bool:
+        """The echo of an answered write arriving after it: a confirmed intent whose fingerprint
+        matches exactly, inside the echo window. A person's edit after the window is theirs."""
+        ev = plan.delivery.evidence
+        if ev is None:
+            return False
+        return any(i.expects(ev) and i.state == EffectState.CONFIRMED.value
+                   and plan.received_ms - (i.settled_at or i.created_at) <= plan.echo_window_ms
+                   and matches(i.fingerprint, ev) for i in intents.get(ev.subject, ()))
+
+    @staticmethod
     def _receipt(conn: sqlite3.Connection, plan: AdmissionPlan, outcome: Outcome,
                  reason: str | None, conversation_id: str | None) -> int | None:
         """Insert the receipt; None when the delivery id or body was seen before."""
@@ -306,20 +349,23 @@ class Admissions:
         return int(cursor.lastrowid) if cursor.rowcount == 1 else None
 
     @staticmethod
-    def _enqueue(conn: sqlite3.Connection, conv: _Conversation, plan: AdmissionPlan, receipt_id: int) -> bool:
-        """Add the FIFO entry; False when it arrived before a committed reset and is done already."""
+    def _enqueue(conn: sqlite3.Connection, conv: _Conversation, plan: AdmissionPlan, receipt_id: int,
+                 *, held: bool) -> int | None:
+        """Add the FIFO entry (`held`, or pending); its id, or None when it arrived before a
+        committed reset and is done already."""
         d = plan.delivery
         assert d.envelope is not None
         envelope = dump_envelope(d.envelope)
         # Received at or before a reset that committed first: it belongs to the old context,
         # exactly as startup recovery would decide.
         before_reset = conv.reset_at is not None and plan.received_ms <= conv.reset_at
-        state = DeliveryState.COMPLETED if before_reset else DeliveryState.PENDING
-        conn.execute(_DELIVERY, (conv.id, receipt_id, state.value,
-                      TurnResultKind.RESET.value if before_reset else None,
-                      plan.received_ms if before_reset else None, envelope, d.headline,
-                      plan.received_ms, len(envelope.encode("utf-8"))))
-        return not before_reset
+        state = DeliveryState.COMPLETED if before_reset else (
+            DeliveryState.HELD if held else DeliveryState.PENDING)
+        cursor = conn.execute(_DELIVERY, (conv.id, receipt_id, state.value,
+                              TurnResultKind.RESET.value if before_reset else None,
+                              plan.received_ms if before_reset else None, envelope, d.headline,
+                              plan.received_ms, len(envelope.encode("utf-8"))))
+        return None if before_reset else int(cursor.lastrowid)
 
     @staticmethod
     def _create(conn: sqlite3.Connection, plan: AdmissionPlan, new: NewConversation) -> _Conversation:

@@ -117,6 +117,24 @@ JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True)
+class EventEvidence:
+    """What an update's webhook shows, for telling our own write from anyone's.
+
+    `changed` are the substantive fields the event says changed, `digests` a digest of
+    each one's new value (never the value: a comment body stays out of the store), and
+    `terminal` an Issue event into a completed or canceled state.
+    """
+
+    kind: str
+    action: str
+    subject: str
+    actor_id: str | None
+    changed: tuple[str, ...]
+    digests: dict[str, str]
+    terminal: bool = False
+
+
+@dataclass(frozen=True)
 class InboundDelivery:
     """A verified delivery, typed by the provider adapter; raw payloads stop before this.
 
@@ -135,3 +153,4 @@ class InboundDelivery:
     inbox_event: JsonObject | None
     ignore_reason: str | None = None
     organization_id: str | None = None
+    evidence: EventEvidence | None = None

@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from peewee import SqliteDatabase, fn
+from peewee import Case, SqliteDatabase, fn
 
 from wakeline.models.envelopes import AgentSession, DataChange, parse_envelope
 from wakeline.models.outbox import EffectSpec, Outbox, SessionReply
@@ -64,6 +64,10 @@ class ResetOutcome:
     cleared_turn: str | None
 
 
+# What waits in a FIFO for a claim: pending deliveries, and held ones that block those behind.
+_WAITING = (DeliveryState.PENDING.value, DeliveryState.HELD.value)
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
@@ -105,18 +109,18 @@ class Fifo:
                 return self._claim_inbox(conv, now)
             d = t.deliveries
             rows = list(
-                d.select(d.id, d.size_bytes)
-                .where((d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value))
+                d.select(d.id, d.size_bytes, d.state)
+                .where((d.conversation_id == conversation_id) & d.state.in_(_WAITING))
                 .order_by(d.id).limit(max_deliveries).tuples()
             )
-            if not rows:
-                return None
             batch, used = [], 0
-            for seq, size in rows:
-                if batch and used + size > max_bytes:
-                    break
+            for seq, size, state in rows:
+                if state == DeliveryState.HELD or (batch and used + size > max_bytes):
+                    break  # a held entry keeps its place: nothing behind it runs before it
                 batch.append(seq)
                 used += size
+            if not batch:
+                return None
             turn_id = _new_id("turn")
             t.turns.insert(id=turn_id, conversation_id=conversation_id, state=TurnState.RUNNING.value,
                            attempt=1, created_at=now, started_at=now).execute()
@@ -400,10 +404,13 @@ class Fifo:
         d, tt = self._t.deliveries, self._t.turns
         running = [r.conversation_id for r in
                    tt.select(tt.conversation_id).where(tt.state == TurnState.RUNNING.value)]
+        head = fn.MIN(Case(None, [(d.state == DeliveryState.PENDING.value, d.id)]))
+        held = fn.MIN(Case(None, [(d.state == DeliveryState.HELD.value, d.id)]))
         pending = (
-            d.select(d.conversation_id, fn.MIN(d.id).alias("head"))
-            .where((d.state == DeliveryState.PENDING.value) & d.conversation_id.not_in(tt.select(tt.conversation_id)))
-            .group_by(d.conversation_id).order_by(fn.MIN(d.id))
+            d.select(d.conversation_id, head.alias("head"))
+            .where(d.state.in_(_WAITING) & d.conversation_id.not_in(tt.select(tt.conversation_id)))
+            .group_by(d.conversation_id).having(head.is_null(False) & (held.is_null() | (head < held)))
+            .order_by(head)
         )
         c = self._t.conversations
         waiting = c.select(c.id).where((c.terminal == True) | (c.ownership == Ownership.PENDING.value))  # noqa: E712
@@ -516,8 +523,8 @@ class Fifo:
         ).exists()
 
     def has_pending(self, conversation_id: str) -> bool:
-        """True when the conversation has pending deliveries."""
+        """True when the conversation's oldest waiting delivery is pending (not held)."""
         d = self._t.deliveries
-        return d.select().where(
-            (d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value)
-        ).exists()
+        first = d.select(d.state).where(
+            (d.conversation_id == conversation_id) & d.state.in_(_WAITING)).order_by(d.id).first()
+        return first is not None and first.state == DeliveryState.PENDING

@@ -43,6 +43,9 @@ class EffectKind(StrEnum):
 
     AGENT_ACTIVITY = "agent_activity"
     COMMENT = "comment"
+    # A write sent through `linear graphql` whose echo ids cannot tell apart: recorded as an
+    # intent before it leaves, never sent by the outbox and never with a body.
+    MUTATION = "mutation"
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,10 @@ class Outbox:
         return ids
 
     def prepared(self, limit: int = 50, exclude: Iterable[str] = ()) -> list[PendingEffect]:
-        """Prepared effects, oldest first."""
+        """Prepared effects, oldest first (intents are not the outbox's to send)."""
         e = self._t.effects
-        q = e.select().where(e.state == EffectState.PREPARED.value)
+        q = e.select().where((e.state == EffectState.PREPARED.value)
+                             & (e.kind != EffectKind.MUTATION.value))
         skip = list(exclude)
         if skip:
             q = q.where(e.id.not_in(skip))
@@ -127,6 +131,13 @@ class Outbox:
         with self._db.atomic():
             return bool(e.update(state=EffectState.DISPATCHED.value, dispatched_at=now)
                         .where((e.id == effect_id) & (e.state == EffectState.PREPARED.value)).execute())
+
+    def mark_all_dispatched(self, effect_ids: Iterable[str], now: int) -> None:
+        """Durably note that a write carrying these intents is about to leave (one transaction)."""
+        e = self._t.effects
+        with self._db.atomic():
+            e.update(state=EffectState.DISPATCHED.value, dispatched_at=now).where(
+                e.id.in_(list(effect_ids)) & (e.state == EffectState.PREPARED.value)).execute()
 
     def unmark(self, effect_id: str) -> None:
         """Back to prepared: the write never left (the budget refused it before dispatch)."""
@@ -184,8 +195,12 @@ class Outbox:
 
 
 def _view(r: Any) -> dict[str, Any]:
-    return {"id": r.id, "kind": r.kind, "conversationId": r.conversation_id, "target": r.target,
+    view = {"id": r.id, "kind": r.kind, "conversationId": r.conversation_id, "target": r.target,
             "summary": r.summary, "state": r.state, "mutationHash": r.mutation_hash,
             "createdAt": iso(r.created_at), "dispatchedAt": iso(r.dispatched_at) if r.dispatched_at else None,
             "settledAt": iso(r.settled_at) if r.settled_at else None, "error": r.error,
             "resultIds": json.loads(r.result_ids) if r.result_ids else []}
+    if r.subject is not None:  # an intent: the echo it expects, never what it wrote
+        view["expects"] = {"account": r.account, "kind": r.event_kind, "action": r.event_action,
+                           "subject": r.subject, "fields": sorted(json.loads(r.fingerprint or "{}"))}
+    return view

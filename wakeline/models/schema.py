@@ -205,4 +205,55 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # 10: echo memory. An effect can be an intent (a `linear graphql` update: the event it
+    # expects back and a fingerprint of the fields it wrote, never a body); a delivery can be
+    # `held` while such a write is in flight; held deliveries keep their evidence apart from
+    # the receipts, with the intents they wait for.
+    [
+        "ALTER TABLE effects ADD COLUMN account TEXT",
+        "ALTER TABLE effects ADD COLUMN event_kind TEXT",
+        "ALTER TABLE effects ADD COLUMN event_action TEXT",
+        "ALTER TABLE effects ADD COLUMN subject TEXT",
+        "ALTER TABLE effects ADD COLUMN fingerprint TEXT",
+        "CREATE INDEX effects_intents ON effects (subject) WHERE subject IS NOT NULL",
+        """CREATE TABLE deliveries_new (
+            id INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id),
+            receipt_id INTEGER NOT NULL REFERENCES receipts (id),
+            state TEXT NOT NULL CHECK (state IN ('pending', 'claimed', 'completed', 'held')),
+            envelope TEXT NOT NULL,
+            headline TEXT NOT NULL,
+            received_at INTEGER NOT NULL,
+            completed_at INTEGER,
+            completion TEXT,
+            turn_id TEXT,
+            size_bytes INTEGER NOT NULL DEFAULT 0
+        )""",
+        """INSERT INTO deliveries_new (id, conversation_id, receipt_id, state, envelope, headline,
+               received_at, completed_at, completion, turn_id, size_bytes)
+           SELECT id, conversation_id, receipt_id, state, envelope, headline, received_at,
+               completed_at, completion, turn_id, size_bytes FROM deliveries""",
+        "DROP TABLE deliveries",
+        "ALTER TABLE deliveries_new RENAME TO deliveries",
+        "CREATE INDEX deliveries_fifo ON deliveries (conversation_id, state, id)",
+        "CREATE INDEX deliveries_state ON deliveries (state)",
+        "CREATE INDEX deliveries_turn ON deliveries (turn_id)",
+        """CREATE TABLE held_deliveries (
+            receipt_id INTEGER PRIMARY KEY REFERENCES receipts (id),
+            fifo_id INTEGER,
+            conversation_id TEXT,
+            evidence TEXT NOT NULL,
+            intents TEXT NOT NULL,
+            inbox_event TEXT,
+            headline TEXT NOT NULL,
+            received_at INTEGER NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('held', 'echo', 'released')),
+            resolved_at INTEGER
+        )""",
+        "CREATE INDEX held_deliveries_open ON held_deliveries (state) WHERE state = 'held'",
+        "CREATE INDEX held_deliveries_resolved ON held_deliveries (resolved_at)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

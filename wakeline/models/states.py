@@ -18,6 +18,7 @@ class DeliveryState(StrEnum):
     PENDING = "pending"
     CLAIMED = "claimed"
     COMPLETED = "completed"
+    HELD = "held"  # a candidate echo of a write in flight: it blocks its FIFO until the write answers
 
 
 class Outcome(StrEnum):
@@ -49,6 +50,7 @@ class TurnResultKind(StrEnum):
     ABANDONED = "abandoned"  # an operator gave up on a stalled turn
     RETIRED = "retired"  # the issue reached a terminal state
     NOT_OWNED = "not_owned"  # the issue is not in the route's projects (a completion, never a turn)
+    SELF_ECHO = "self_echo"  # a held delivery proved to be our own write coming back (no turn)
 
 
 class ConversationState(StrEnum):

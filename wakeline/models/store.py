@@ -19,14 +19,13 @@ from wakeline.errors import Unavailable
 from wakeline.models.admissions import FOLLOWING_KEY, AdmissionResult, Admissions
 from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
+from wakeline.models.echoes import Echoes
 from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.states import DeliveryState, Ownership, TerminalOutcome, TurnState
 from wakeline.models.tables import Tables, bind_tables
-
-OWN_CREATES_KEPT_MS = 30 * 24 * 3600 * 1000
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +45,7 @@ class Counts:
     waiting_ownership: int
     fifo_pending: int
     fifo_claimed: int
+    fifo_held: int
     inbox_unread: int
 
 
@@ -60,6 +60,7 @@ class Store:
         self.fifo = Fifo(db, self.t, self.outbox, self.following)
         self.inbox = InboxStore(db, self.t)
         self.conversations = ConversationRecords(db, self.t, self.fifo)
+        self.echoes = Echoes(db, self.t, self.following)
         self._following_default = following_default
         self._admissions = Admissions(db, self.fifo, self.outbox, following_default)
 
@@ -120,6 +121,7 @@ class Store:
                                                & (c.terminal == False)).count(),  # noqa: E712
             fifo_pending=by_state.get(DeliveryState.PENDING.value, 0),
             fifo_claimed=by_state.get(DeliveryState.CLAIMED.value, 0),
+            fifo_held=by_state.get(DeliveryState.HELD.value, 0),
             inbox_unread=self.inbox.unread_count(),
         )
 
@@ -136,8 +138,8 @@ class Store:
     def record_own_creates(self, ids: Sequence[str], now: int) -> None:
         """Remember the ids a `linear graphql` mutation is about to create, before it leaves.
 
-        Their webhooks are then self-echoes. Linear retries a webhook for hours at most,
-        so a mark older than `OWN_CREATES_KEPT_MS` is dropped.
+        Their webhooks are then self-echoes. Echo memory forgets them after 30 days
+        (`Echoes.prune`).
         """
         if not ids:
             return
@@ -145,7 +147,6 @@ class Store:
             for object_id in ids:
                 self.db.execute_sql("INSERT INTO own_creates (id, created_at) VALUES (?, ?)"
                                     " ON CONFLICT (id) DO NOTHING", (object_id, now))
-            self.db.execute_sql("DELETE FROM own_creates WHERE created_at < ?", (now - OWN_CREATES_KEPT_MS,))
 
     # --- settings ------------------------------------------------------------------------
 

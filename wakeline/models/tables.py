@@ -159,9 +159,32 @@ class Effect(_Table):
     settled_at = IntegerField(null=True)
     error = TextField(null=True)
     result_ids = TextField(null=True)
+    account = TextField(null=True)
+    event_kind = TextField(null=True)
+    event_action = TextField(null=True)
+    subject = TextField(null=True)
+    fingerprint = TextField(null=True)
 
     class Meta:
         table_name = "effects"
+
+
+class HeldDelivery(_Table):
+    """A delivery held while a write it may be the echo of is in flight."""
+
+    receipt_id = IntegerField(primary_key=True)
+    fifo_id = IntegerField(null=True)
+    conversation_id = TextField(null=True)
+    evidence = TextField()
+    intents = TextField()
+    inbox_event = TextField(null=True)
+    headline = TextField()
+    received_at = IntegerField()
+    state = TextField()
+    resolved_at = IntegerField(null=True)
+
+    class Meta:
+        table_name = "held_deliveries"
 
 
 class Setting(_Table):
@@ -186,6 +209,7 @@ class Tables:
     turns: Any
     turn_results: Any
     effects: Any
+    held: Any
 
 
 def bind_tables(db: Database) -> Tables:
@@ -204,4 +228,5 @@ def bind_tables(db: Database) -> Tables:
         turns=bound(Turn),
         turn_results=bound(TurnResult),
         effects=bound(Effect),
+        held=bound(HeldDelivery),
     )

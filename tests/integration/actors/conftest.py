@@ -64,14 +64,14 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
 
     def start(mode: str = "ok", arg: str = "", *, linear: FakeLinear | None = None,
               routes: list[dict[str, Any]] | None = None, credential: bool = True,
-              **agent: Any) -> Harness:
+              linear_config: dict[str, Any] | None = None, **agent: Any) -> Harness:
         argv = [sys.executable, str(AGENT), mode] + ([arg] if arg else [])
         fake = linear or FakeLinear()
         fakes.append(fake.start())
         config = make_config(
             state_dir=f"state{len(started)}",
             agent={"command": argv, **agent},
-            linear={"api_url": fake.url},
+            linear={"api_url": fake.url, **(linear_config or {})},
             routes=routes or [{"name": "eng", "teams": ["ENG"]},
                               {"name": "ops", "teams": ["OPS"], "mode": "issue"}],
         )

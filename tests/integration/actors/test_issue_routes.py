@@ -210,8 +210,9 @@ def test_each_issue_works_in_its_own_worktree_removed_clean_at_the_end(
     h.deliver(ops_issue(state="state-done", state_type="completed"))
     wait_until(lambda: not workspace.exists(), message="the clean worktree was removed")
     assert "ops-7-rotate-the-logs" in git(repo, "branch", "--list")
-    assert conversation(h)["workspace"] == {"branch": "ops-7-rotate-the-logs",
-                                            "cleanupPending": False, "kept": None}
+    wait_until(lambda: conversation(h)["workspace"] == {
+        "branch": "ops-7-rotate-the-logs", "cleanupPending": False, "kept": None},
+        message="the cleanup was recorded")
 
 
 def test_a_dirty_worktree_is_kept_whole_and_listed(harness: Callable[..., Any], repo: Path) -> None:
@@ -241,7 +242,8 @@ def test_a_cleanup_owed_at_a_crash_is_done_at_start_up(harness: Callable[..., An
     assert workspace.exists()
     h.restart()
     wait_until(lambda: not workspace.exists(), message="start-up repeated the cleanup")
-    assert conversation(h)["workspace"]["cleanupPending"] is False
+    wait_until(lambda: conversation(h)["workspace"]["cleanupPending"] is False,
+               message="the cleanup was recorded")
 
 
 def test_a_route_whose_repo_is_not_git_fails_the_turn_clearly(

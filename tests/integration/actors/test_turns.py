@@ -152,7 +152,7 @@ def test_timeout_is_a_failed_attempt(harness: Callable[..., Any]) -> None:
 def test_comments_wake_no_turn_in_agent_routes(harness: Callable[..., Any]) -> None:
     h = harness("ok")
     assert h.deliver(comment_event())["outcome"] == "accepted"
-    assert h.api("GET", "/v1/status").json()["fifo"] == {"pending": 0, "claimed": 0}
+    assert h.api("GET", "/v1/status").json()["fifo"] == {"pending": 0, "claimed": 0, "held": 0}
 
 
 def test_cli_lists_shows_and_stops_conversations(harness: Callable[..., Any]) -> None:

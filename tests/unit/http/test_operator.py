@@ -85,7 +85,7 @@ def test_status_has_the_contract_shape(operator: Any) -> None:
                          "liveActors", "threads"}
     assert set(data["conversations"]) == {"total", "running", "stalled", "waitingOwnership",
                                           "terminal", "completed", "canceled"}
-    assert set(data["fifo"]) == {"pending", "claimed"}
+    assert set(data["fifo"]) == {"pending", "claimed", "held"}
     assert set(data["inbox"]) == {"unread"}
     assert isinstance(data["version"], str) and data["version"]
     assert data["uptimeSeconds"] >= 0
@@ -102,7 +102,7 @@ def test_status_counts_follow_admissions(frozen: Any, operator: Any, ingress: An
     deliver(ingress, comment_event())
     after = operator.simulate_get("/v1/status").json
     assert after["conversations"]["total"] - before["conversations"]["total"] == 2
-    assert after["fifo"] == {"pending": 3, "claimed": 0}
+    assert after["fifo"] == {"pending": 3, "claimed": 0, "held": 0}
     assert after["inbox"] == {"unread": 2}
 
 

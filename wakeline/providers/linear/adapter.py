@@ -18,6 +18,7 @@ from wakeline.models.envelopes import (
     ActorInfo,
     AgentSession,
     DataChange,
+    EventEvidence,
     InboundDelivery,
     IssueInfo,
     JsonObject,
@@ -25,6 +26,7 @@ from wakeline.models.envelopes import (
     WorkflowState,
 )
 from wakeline.providers.linear.headlines import headline
+from wakeline.providers.linear.intents import evidence_of
 from wakeline.providers.linear.payloads import (
     ActorPayload,
     AgentSessionEventPayload,
@@ -145,7 +147,11 @@ def _parse(raw: JsonObject, delivery_id: str, sha: str) -> InboundDelivery:
         if "data" in raw or event_type in DATA_CHANGE_TYPES:
             change = DataChangePayload.model_validate(raw)
             envelope, subject = _data_change(raw, change)
-            return _delivery(raw, delivery_id, sha, envelope, subject, inbox=True)
+            terminal = bool(envelope.issue and envelope.issue.state and envelope.issue.state.terminal
+                            and envelope.event_type == "Issue")
+            evidence = evidence_of(change.type, change.action, raw["data"], change.updated_from,
+                                   change.actor.id if change.actor else None, terminal)
+            return _delivery(raw, delivery_id, sha, envelope, subject, inbox=True, evidence=evidence)
     except ValidationError as exc:
         raise Malformed(_validation_detail(exc)) from None
     action = raw.get("action")
@@ -174,6 +180,7 @@ def _delivery(
     subject: Subject | None,
     *,
     inbox: bool,
+    evidence: EventEvidence | None = None,
 ) -> InboundDelivery:
     ignore = None
     if isinstance(envelope, AgentSession) and envelope.action not in ("created", "prompted"):
@@ -190,6 +197,7 @@ def _delivery(
         inbox_event={k: raw[k] for k in INBOX_KEYS if k in raw} if inbox else None,
         ignore_reason=ignore,
         organization_id=_org(raw),
+        evidence=evidence,
     )
 
 

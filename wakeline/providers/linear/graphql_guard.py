@@ -29,7 +29,7 @@ from graphql.language import (
 from wakeline.errors import InvalidQuery, TargetUnnameable
 
 __all__ = ["Analysis", "MarkedCreates", "OperationKind", "RootField", "analyze", "is_destructive",
-           "mark_creates"]
+           "mark_creates", "mutation_fields"]
 
 DESTRUCTIVE_SUFFIXES = ("delete", "archive", "suspend", "revoke", "purge", "trash")
 NOT_DESTRUCTIVE_SUFFIXES = ("unarchive",)
@@ -176,6 +176,18 @@ def mark_creates(query: str, variables: Mapping[str, Any] | None = None,
     if inject:
         query = print_ast(visit(document, _AddId(inject)))
     return MarkedCreates(query, out, tuple(dict.fromkeys(ids)))
+
+
+def mutation_fields(query: str, operation_name: str | None = None
+                    ) -> tuple[OperationDefinitionNode, list[FieldNode]]:
+    """The selected operation and its root fields (through fragments); none unless a mutation.
+
+    Call it after `analyze` accepted the operation.
+    """
+    operation, fragments = _split(_parse(query), operation_name)
+    if operation.operation is not OperationType.MUTATION:
+        return operation, []
+    return operation, list(_root_fields(operation.selection_set, fragments, ()))
 
 
 class _AddId(Visitor):
