@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 
-from wakeline.secrets import redact
+from wakeline.secrets import scrub
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -24,7 +24,7 @@ class RedactingFormatter(logging.Formatter):
         extras = {k: v for k, v in vars(record).items() if k not in _STANDARD}
         if extras:
             text += " " + " ".join(f"{k}={v!r}" for k, v in sorted(extras.items()))
-        return redact(text, self._secrets)
+        return scrub(text, self._secrets)
 
 
 class EveryFewSeconds(logging.Filter):

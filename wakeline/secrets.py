@@ -11,6 +11,7 @@ import re
 import secrets as _random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from pydantic import SecretStr
 
@@ -21,6 +22,25 @@ API_KEY_ENV = "WAKELINE_LINEAR_API_KEY"
 REDACTED = "[redacted]"
 # Linear key shapes, scrubbed even when the key is not one we hold.
 _KEY_SHAPE = re.compile(r"lin_(?:api|oauth)_[A-Za-z0-9]{8,}")
+# Other credentials' common shapes, for text that leaves for the owner's journal.
+_TOKEN_SHAPES = re.compile(
+    r"\bwlt_[A-Za-z0-9_-]{8,}"                       # wakeline turn tokens
+    r"|\b(?:ghp|gho|ghs|ghu|ghr)_[A-Za-z0-9]{20,}"   # GitHub tokens
+    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
+    r"|\bsk-[A-Za-z0-9_-]{20,}"                      # OpenAI / Anthropic (sk-ant-, sk-proj-)
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"               # Slack
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"                # AWS access key ids
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
+)
+# Each pattern needs one of these; testing for them first keeps ordinary text cheap.
+_TOKEN_MARKS = ("wlt_", "ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "sk-", "xox",
+                "AKIA", "ASIA", "eyJ")
+_ASSIGNED_MARKS = ("token", "secret", "passw", "api")
+_BEARER = re.compile(r"\b(Bearer\s+)([A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
+# `api_key=...`, `GITHUB_TOKEN: ...`, `"password": "..."`; bounded affixes keep this linear.
+_ASSIGNED = re.compile(
+    r"\b([A-Za-z0-9_-]{0,40}(?:token|secret|passw(?:or)?d|api[_-]?key)[A-Za-z0-9_-]{0,40}"
+    r"[\"']?\s*([=:])\s*[\"']?)([^\s\"'&,;<>]{8,})", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -102,3 +122,25 @@ def redact(text: str, secret_values: list[str]) -> str:
         if len(value) >= 4:
             text = text.replace(value, REDACTED)
     return _KEY_SHAPE.sub(REDACTED, text)
+
+
+def scrub(text: str, secret_values: Sequence[str]) -> str:
+    """Credentials out: held secret values, Linear keys, turn tokens, bearer values and the
+    common token shapes (GitHub, OpenAI/Anthropic, Slack, AWS, JWT, `secret=...`)."""
+    text = redact(text, list(secret_values))
+    if any(mark in text for mark in _TOKEN_MARKS):
+        text = _TOKEN_SHAPES.sub(REDACTED, text)
+    lower = text.lower()
+    if "bearer" in lower:
+        text = _BEARER.sub(lambda m: _value_out(m[0], m[1], m[2]), text)
+    if any(mark in lower for mark in _ASSIGNED_MARKS):
+        # After `=` a value always goes; after `:` ("Secret: rotate it") only if it looks secret.
+        text = _ASSIGNED.sub(lambda m: _value_out(m[0], m[1], m[3], always=m[2] == "="), text)
+    return text
+
+
+def _value_out(whole: str, prefix: str, value: str, always: bool = False) -> str:
+    # "Bearer authentication" is prose; a credential has a digit or a symbol, or is long.
+    if always or len(value) >= 20 or any(not c.isalpha() for c in value.rstrip(".")):
+        return prefix + REDACTED
+    return whole
