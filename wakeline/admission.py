@@ -53,7 +53,7 @@ class AdmissionWriter:
         store: the store to commit into.
         batch_max: the most plans one transaction carries.
         on_admitted: called on the writer thread after each commit with the
-            group's results; must not block (a tell, not an ask).
+            group's plans and their results; must not block (a tell, not an ask).
     """
 
     def __init__(
@@ -61,7 +61,7 @@ class AdmissionWriter:
         store: Store,
         *,
         batch_max: int = 64,
-        on_admitted: Callable[[list[AdmissionResult]], None] | None = None,
+        on_admitted: Callable[[list[tuple[AdmissionPlan, AdmissionResult]]], None] | None = None,
     ) -> None:
         self._store = store
         self._batch_max = batch_max
@@ -128,7 +128,7 @@ class AdmissionWriter:
             results = [Unavailable() for _ in batch]
         for ticket, result in zip(batch, results, strict=True):
             ticket.settle(result)
-        done = [r for r in results if isinstance(r, AdmissionResult)]
+        done = [(t.plan, r) for t, r in zip(batch, results) if isinstance(r, AdmissionResult)]
         if done and self._on_admitted is not None:
             try:
                 self._on_admitted(done)

@@ -17,10 +17,11 @@ import pykka
 
 from wakeline.actors.conversation import TurnEnv
 from wakeline.actors.echo_memory import EchoMemory
+from wakeline.actors.journal import Journal
 from wakeline.actors.supervisor import Supervisor
 from wakeline.actors.tracker import OWNERSHIP_BACKOFF_SECONDS, Tracker
 from wakeline.admission import AdmissionWriter
-from wakeline.clock import Clock, SystemClock
+from wakeline.clock import Clock, SystemClock, to_ms
 from wakeline.config import Config
 from wakeline.cpus import pin_to_one_cpu
 from wakeline.errors import ConfigError
@@ -28,11 +29,13 @@ from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
 from wakeline.http.server import Listener
 from wakeline.inbox import Inbox
+from wakeline.journal import JournalFile
 from wakeline.logs import setup_logging
 from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.client import LinearClient, RequestBudget
+from wakeline.recorder import Recorder
 from wakeline.routing import Router
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
 from wakeline.ticker import Ticker
@@ -40,6 +43,12 @@ from wakeline.tokens import TokenRegistry
 from wakeline.workspaces import Workspaces
 
 TICK_SECONDS = 0.5
+_LIFECYCLE_TEXT = {
+    "terminal": "The issue was closed: the conversation ends {}.",
+    "reopened": "The issue was reopened{}.",
+    "owned": "The issue moved into the route's projects ({}): its events wake the agent again.",
+    "not_owned": "The issue moved out of the route's projects ({}): its events no longer wake the agent.",
+}
 # Ownership lookups wait at least 5 s after a failure: every fourth tick is soon enough.
 OWNERSHIP_EVERY_TICKS = 4
 # Echo memory resolves on every settled write; its sweep (and a pruning once a minute)
@@ -92,6 +101,8 @@ class Service:
     supervisor: Any
     tracker: Any
     echo_memory: Any
+    journal: Any
+    journal_file: JournalFile
     ticker: Ticker
     turn_env: TurnEnv
     stopped: bool = False
@@ -121,7 +132,13 @@ class Service:
         self.supervisor.actor_ref.stop()
         self.tracker.actor_ref.stop()
         self.echo_memory.actor_ref.stop()
-        pykka.ActorRegistry.stop_all()
+        # Every actor but the journal (the conversation actors wait out their kill grace),
+        # then the journal, so it writes what the others told it on their way out.
+        for ref in pykka.ActorRegistry.get_all():
+            if ref.actor_urn != self.journal.actor_ref.actor_urn:
+                ref.stop()
+        self.journal.actor_ref.stop()
+        pykka.ActorRegistry.stop_all()  # anything started meanwhile
         self.store.close()
         log.info("wakeline stopped")
 
@@ -152,6 +169,10 @@ def build_service(
     tokens = TokenRegistry(secrets.operator_token.get_secret_value())
     inbox = Inbox(store)
     router = Router(config)
+    journal_file = JournalFile(config.journal_path, clock, secrets.values())
+    journal = Journal.start(journal_file, metrics.journal_failed).proxy()
+    recorder = Recorder(journal, lambda: to_ms(clock.now()), owner_user_ids=config.linear.owner_user_ids,
+                        owner_emails=config.linear.owner_emails)
     operator_url: list[str] = []
     turn_env = TurnEnv(
         store=store,
@@ -165,7 +186,12 @@ def build_service(
         agent_cpus=agent_cpus,
     )
     turn_env.on_finished.append(lambda finished: metrics.turn(finished.result.value))
-    turn_env.on_failed.append(lambda turn, error: metrics.turn("failed"))
+    turn_env.on_failed.append(lambda turn, error, stalled: metrics.turn("failed"))
+    turn_env.on_started.append(recorder.turn_started)
+    turn_env.on_finished.append(recorder.turn_finished)
+    turn_env.on_failed.append(recorder.turn_failed)
+    turn_env.on_lifecycle.append(
+        lambda cid, event, text: recorder.lifecycle(cid, event, text, source=f"{cid}:{to_ms(clock.now())}"))
     client: LinearClient | None = None
     budget: RequestBudget | None = None
     if secrets.linear_api_key is not None:
@@ -182,12 +208,21 @@ def build_service(
     turn_env.kick_tracker = lambda: tracker.kick()
     tracker.subscribe(turn_env.settled.notify)
     supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
-    tracker.subscribe_ownership(lambda cid: supervisor.wake([cid]))
+    def ownership_settled(conversation_id: str, owned: bool) -> None:
+        supervisor.wake([conversation_id])
+        recorder.lifecycle(conversation_id, "owned" if owned else "not_owned",
+                           "Linear says the route owns this issue." if owned else
+                           "Linear says this issue is not in the route's projects: no turn.",
+                           source=f"{conversation_id}:lookup")
+
+    tracker.subscribe_ownership(ownership_settled)
     echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake(ids)).proxy()
     tracker.subscribe_intents(lambda ids: echo_memory.intents(ids))
     tracker.subscribe(lambda write: echo_memory.settled(write))
+    tracker.subscribe(lambda w: recorder.outbound(w.effect_id, w.kind.value, w.target, w.state.value))
 
-    def admitted(results: list[Any]) -> None:
+    def admitted(admitted: list[tuple[Any, Any]]) -> None:
+        results = [r for _, r in admitted]
         woke = [cid for r in results for cid in r.wake_ids]
         if woke:
             supervisor.wake(woke)
@@ -195,6 +230,17 @@ def build_service(
             tracker.kick()  # lifecycle changes (a closure, a stop) may have prepared answers too
         if any(r.lookup_ids for r in results):
             tracker.check_ownership()  # off the ingress path: the tracker asks Linear
+        for plan, r in admitted:
+            record_admission(plan, r)
+
+    def record_admission(plan: Any, result: Any) -> None:
+        delivery = plan.delivery
+        if result.joined:
+            recorder.inbound(delivery, result.joined, plan.received_ms)
+        key = delivery.envelope.issue.identifier if delivery.envelope and delivery.envelope.issue else None
+        for event, detail in result.events:
+            recorder.lifecycle(result.conversation_id, event, _LIFECYCLE_TEXT[event].format(detail),
+                               source=delivery.delivery_id, issue_key=key)
 
     writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=admitted)
     webhooks = None
@@ -220,7 +266,7 @@ def build_service(
             config, store, inbox, tokens, clock, metrics, supervisor,
             live_actors=lambda: len(pykka.ActorRegistry.get_all()),
             tracker=tracker, settled=turn_env.settled, secrets=secrets, budget=budget,
-            echo_memory=echo_memory,
+            echo_memory=echo_memory, journal=journal_file,
         ),
         host=server.operator_host,
         port=server.operator_port,
@@ -239,10 +285,11 @@ def build_service(
             tracker.check_ownership()
         if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
             echo_memory.sweep()
+            journal.maintain()
 
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
-                   supervisor, tracker, echo_memory, ticker, turn_env)
+                   supervisor, tracker, echo_memory, journal, journal_file, ticker, turn_env)
 
 
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:

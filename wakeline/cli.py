@@ -144,7 +144,8 @@ def status(ctx: Context, as_json: bool) -> None:
 
 # --- doctor, effects and Linear ------------------------------------------------------------------
 
-LINEAR_TIMEOUT_SECONDS = 60.0  # the service waits up to ~40 s for Linear; answer before giving up
+LINEAR_TIMEOUT_SECONDS = 60.0
+JOURNAL_WAIT_TIMEOUT_SECONDS = 40.0  # the service holds a follow request up to 20 s  # the service waits up to ~40 s for Linear; answer before giving up
 
 
 def _doctor_text(data: dict[str, Any]) -> str:
@@ -484,6 +485,67 @@ def inbox_ack(ctx: Context, cursor: int, as_json: bool) -> None:
     """Move the read boundary to CURSOR: an unread event a read has shown."""
     data = ctx.call("POST", "/v1/inbox/ack", json={"cursor": cursor})
     emit(data, as_json, lambda d: f"ack cursor: {d['ackCursor']}, {d['unreadCount']} unread")
+
+
+def _journal_line(entry: dict[str, Any]) -> str:
+    when = entry["at"].replace("T", " ")[:19]
+    keys = f"  {' '.join(entry['issueKeys'])}" if entry["issueKeys"] else ""
+    stage = f" [{entry['stage']}]" if entry.get("stage") else ""
+    first, *rest = (entry["text"] or "").splitlines() or [""]
+    head = f"{entry['seq']:>6} {when}  {entry['kind']:<14} {entry['from']} → {entry['to']}{keys}{stage}"
+    return "\n".join([f"{head}  {first}", *(f"{'':>28}{line}" for line in rest)])
+
+
+def _journal_text(data: dict[str, Any]) -> str:
+    lines = [_journal_line(e) for e in data["entries"]]
+    if not lines:
+        lines.append("no entries" + (f" (recording since {data['recordingSince']})"
+                                     if data.get("recordingSince") else ""))
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.option("--older", type=click.IntRange(min=0), metavar="SEQ",
+              help="The entries just before SEQ.")
+@click.option("--newer", type=click.IntRange(min=0), metavar="SEQ",
+              help="The entries just after SEQ.")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True,
+              help="At most this many entries.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new entries until Ctrl-C.")
+@json_option
+@pass_ctx
+def journal(ctx: Context, older: int | None, newer: int | None, limit: int, follow: bool,
+            as_json: bool) -> None:
+    """Read the owner's journal: what arrived, what agents were told and answered, what
+    wakeline wrote to Linear; oldest first. Needs the operator token.
+
+    With --json each page is the API's JSON (with --follow, one entry per line).
+    """
+    if older is not None and newer is not None:
+        raise click.UsageError("--older and --newer cannot be combined")
+    if follow and older is not None:
+        raise click.UsageError("--follow reads forward: use --newer, not --older")
+    params = {"older": older, "newer": newer, "limit": limit}
+    data = ctx.call("GET", "/v1/journal", params=params)
+    if not follow:
+        emit(data, as_json, _journal_text)
+        return
+
+    def show(entries: list[dict[str, Any]]) -> None:
+        for entry in entries:
+            click.echo(json.dumps(entry, ensure_ascii=False) if as_json else _journal_line(entry))
+
+    show(data["entries"])
+    cursor = data["entries"][-1]["seq"] if data["entries"] else (newer or data.get("newest") or 0)
+    try:
+        while True:
+            page = ctx.call("GET", "/v1/journal", params={"newer": cursor, "wait": 20, "limit": 500},
+                            timeout=JOURNAL_WAIT_TIMEOUT_SECONDS)
+            show(page["entries"])
+            if page["entries"]:
+                cursor = page["entries"][-1]["seq"]
+    except KeyboardInterrupt:
+        pass
 
 
 @cli.command()

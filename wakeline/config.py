@@ -189,6 +189,11 @@ class Config(_Section):
         return self.state_path / "wakeline.db"
 
     @property
+    def journal_path(self) -> Path:
+        """The owner's journal: `entries.jsonl` and `since.json`."""
+        return self.state_path / "journal"
+
+    @property
     def workspaces_path(self) -> Path:
         """Where conversations' workspaces (directories or git worktrees) live."""
         return self.state_path / "workspaces"

@@ -44,6 +44,16 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.journal_failures = Counter(
+            "wakeline_journal_failures",
+            "Journal writes (or opens, or compactions) that failed; what they recorded went ahead.",
+            registry=self.registry,
+        )
+
+    def journal_failed(self) -> None:
+        """Count one failed journal write."""
+        self.journal_failures.inc()
+
     def delivery(self, outcome: str, seconds: float) -> None:
         """Record one answered webhook (the labelled child is looked up once per outcome)."""
         child = self._by_outcome.get(outcome)

@@ -84,8 +84,12 @@ class TurnEnv:
     workspaces: Workspaces
     backoff_seconds: Sequence[int] = (5, 30, 120, 600)
     kill_grace_seconds: float = 10.0
+    on_started: list[Callable[[ClaimedTurn], None]] = field(default_factory=list)
     on_finished: list[Callable[[FinishedTurn], None]] = field(default_factory=list)
-    on_failed: list[Callable[[ClaimedTurn, str], None]] = field(default_factory=list)
+    # (the turn, its error, whether it stalled)
+    on_failed: list[Callable[[ClaimedTurn, str, bool], None]] = field(default_factory=list)
+    # (conversation id, event, text): reset and abandoned (the supervisor's commands)
+    on_lifecycle: list[Callable[[str, str, str], None]] = field(default_factory=list)
     kick_tracker: Callable[[], None] = lambda: None
     settled: SettledSignal = field(default_factory=SettledSignal)
     ack_wait_seconds: float = 10.0
@@ -100,6 +104,15 @@ class TurnEnv:
             self.settled.wait_for(lambda: outbox.unsettled(conversation_id) == 0, self.ack_wait_seconds)
         finally:
             self.store.close()
+
+    @staticmethod
+    def notify(listeners: Sequence[Callable[..., None]], *args: Any) -> None:
+        """Tell every listener; one that fails is logged, never in the way of a turn."""
+        for listener in listeners:
+            try:
+                listener(*args)
+            except Exception:
+                log.exception("turn listener failed")
 
     def route(self, name: str | None) -> RouteConfig | None:
         """The configured route of this name."""
@@ -302,11 +315,7 @@ class ConversationActor(pykka.ThreadingActor):
         self._env.kick_tracker()
         log.warning("turn failed", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                            "error": error, "state": state})
-        for listener in self._env.on_failed:
-            try:
-                listener(turn, error)
-            except Exception:
-                log.exception("turn listener failed", extra={"turn_id": turn.turn_id})
+        self._env.notify(self._env.on_failed, turn, error, state is TurnState.STALLED)
         if state is TurnState.STALLED:
             log.error("conversation stalled", extra={"conversation_id": turn.conversation_id})
 
@@ -328,12 +337,7 @@ class ConversationActor(pykka.ThreadingActor):
             return
         if effects:
             self._env.kick_tracker()
-        finished = FinishedTurn(turn, result, output, outcome.exit_code)
-        for listener in self._env.on_finished:
-            try:
-                listener(finished)
-            except Exception:
-                log.exception("turn listener failed", extra={"turn_id": turn.turn_id})
+        self._env.notify(self._env.on_finished, FinishedTurn(turn, result, output, outcome.exit_code))
 
     def _start(self, turn: ClaimedTurn) -> None:
         env = self._env
@@ -375,6 +379,7 @@ class ConversationActor(pykka.ThreadingActor):
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})
         process.start()
+        env.notify(env.on_started, turn)
 
 
 def issue_title(turn: ClaimedTurn) -> str | None:

@@ -144,6 +144,8 @@ class Supervisor(pykka.ThreadingActor):
                           "completed": outcome.completed if outcome else 0}
             self.wake([conversation_id])
             self._env.kick_tracker()  # the reset answered the sessions whose work it dropped
+            self._env.notify(self._env.on_lifecycle, conversation_id, "reset",
+                             "The operator reset the conversation: a new session.")
             return answer
         if operation == "retry":
             if not fifo.retry(conversation_id, now):
@@ -153,6 +155,8 @@ class Supervisor(pykka.ThreadingActor):
         if operation == "abandon":
             if not fifo.abandon(conversation_id, now):
                 raise Conflict("the conversation is not stalled")
+            self._env.notify(self._env.on_lifecycle, conversation_id, "abandoned",
+                             "The operator abandoned the stalled turn.")
             self.wake([conversation_id])
             return {"abandoned": True}
         raise NotFound(f"no operation {operation}")

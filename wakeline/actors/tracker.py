@@ -92,7 +92,7 @@ class Tracker(pykka.ThreadingActor):
         self._sent: set[str] = set()  # in flight and handed to a worker: may be on the wire
         self._sent_lock = threading.Lock()
         self._listeners: list[Callable[[SettledWrite], None]] = []
-        self._owner_listeners: list[Callable[[str], None]] = []
+        self._owner_listeners: list[Callable[[str, bool], None]] = []
         self._intent_listeners: list[Callable[[list[str]], None]] = []
         self._looking_up: set[str] = set()
         self._cache = LookupCache(clock.monotonic)
@@ -180,8 +180,8 @@ class Tracker(pykka.ThreadingActor):
         like every settled write)."""
         self._intent_listeners.append(listener)
 
-    def subscribe_ownership(self, listener: Callable[[str], None]) -> None:
-        """Be told the id of every conversation whose ownership a lookup settled."""
+    def subscribe_ownership(self, listener: Callable[[str, bool], None]) -> None:
+        """Be told every conversation whose ownership a lookup settled, and whether it is owned."""
         self._owner_listeners.append(listener)
 
     def check_ownership(self) -> None:
@@ -199,14 +199,14 @@ class Tracker(pykka.ThreadingActor):
             assert self._pool is not None
             self._pool.submit(self._look_up_owner, check)
 
-    def ownership_checked(self, conversation_id: str, settled: bool) -> None:
+    def ownership_checked(self, conversation_id: str, settled: bool, owned: bool = False) -> None:
         """A worker finished a lookup; a settled one wakes the conversation."""
         self._looking_up.discard(conversation_id)
         if not settled:
             return
         for listener in self._owner_listeners:
             try:
-                listener(conversation_id)
+                listener(conversation_id, owned)
             except Exception:
                 log.exception("ownership listener failed")
 
@@ -295,7 +295,8 @@ class Tracker(pykka.ThreadingActor):
         try:
             for effect_id in intents:
                 self._store.outbox.settle(effect_id, state, now, error=error, result_ids=list(ids))
-                writes.append(SettledWrite(effect_id, EffectKind.MUTATION, "", state, ids))
+                target = (self._store.outbox.get(effect_id) or {}).get("target", "")
+                writes.append(SettledWrite(effect_id, EffectKind.MUTATION, target, state, ids))
         except Exception:
             log.exception("recording a write's outcome failed", extra={"effects": intents})
         finally:
@@ -310,7 +311,7 @@ class Tracker(pykka.ThreadingActor):
 
     def _look_up_owner(self, check: OwnershipCheck) -> None:
         """On a worker: ask Linear once who owns the issue; record the answer or the failure."""
-        cid, settled = check.conversation_id, False
+        cid, settled, owned = check.conversation_id, False, False
         try:
             try:
                 owner = self._issue_owner(check.issue_id)
@@ -324,6 +325,7 @@ class Tracker(pykka.ThreadingActor):
                     "conversation_id": cid, "error": exc.code, "retry_in_seconds": delay})
             else:
                 found = None if owner.gone else self._owner_of(owner.team_key, owner.project_id)
+                owned = found is not None
                 settled = self._store.conversations.settle_ownership(
                     cid, to_ms(self._clock.now()), route=found[0] if found else None,
                     project_id=owner.project_id, answer=owner.to_json(),
@@ -335,7 +337,7 @@ class Tracker(pykka.ThreadingActor):
         finally:
             self._store.close()
         try:
-            self.actor_ref.proxy().ownership_checked(cid, settled)
+            self.actor_ref.proxy().ownership_checked(cid, settled, owned)
         except pykka.ActorDeadError:
             pass
 

@@ -11,7 +11,7 @@ from wakeline import __version__
 from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.errors import BadRequest
-from wakeline.http import conversations, doctor, effects, errors, linear
+from wakeline.http import conversations, doctor, effects, errors, journal as journal_routes, linear
 from wakeline.http.auth import BearerAuth, lanes
 from wakeline.http.params import int_param, json_body
 from wakeline.http.health import Health
@@ -21,6 +21,7 @@ from wakeline.models.store import Store
 from wakeline.tokens import Lane, TokenRegistry
 
 if TYPE_CHECKING:
+    from wakeline.journal import JournalFile
     from wakeline.providers.linear.client import RequestBudget
     from wakeline.secrets import Secrets
 
@@ -148,6 +149,7 @@ def create_operator_app(
     secrets: Secrets | None = None,
     budget: RequestBudget | None = None,
     echo_memory: Any = None,
+    journal: JournalFile | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
@@ -162,5 +164,6 @@ def create_operator_app(
     linear.add_routes(app, store, clock, tracker, settled, secrets)
     effects.add_routes(app, store, echo_memory)
     doctor.add_routes(app, config, store, secrets, budget)
+    journal_routes.add_routes(app, journal)
     return app
 

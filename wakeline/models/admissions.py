@@ -99,7 +99,9 @@ class AdmissionResult:
     """What admitting one delivery did.
 
     `wake_ids`: conversations with new work (or a lifecycle change) to act on;
-    `lookup_ids`: conversations that wait for the tracker to look up who owns the issue.
+    `lookup_ids`: conversations that wait for the tracker to look up who owns the issue;
+    `joined`: the conversation a new FIFO entry (or inbox wake) joined, for the journal;
+    `events`: lifecycle and ownership changes it made, as (event, detail).
     """
 
     outcome: Outcome
@@ -109,6 +111,8 @@ class AdmissionResult:
     effects: int = 0
     wake_ids: tuple[str, ...] = ()
     lookup_ids: tuple[str, ...] = ()
+    joined: str | None = None
+    events: tuple[tuple[str, str], ...] = ()
 
     @property
     def wakes(self) -> bool:
@@ -236,6 +240,7 @@ class Admissions:
         effects = list(decision.effects)
         changed, lookup = False, False
         fifo_id: int | None = None
+        events: list[tuple[str, str]] = []
         if conv is None and decision.create is not None and d.subject is not None:
             conv = convs[d.subject] = self._create(conn, plan, decision.create)
             conn.execute(_RECEIPT_CONVERSATION, (conv.id, receipt_id))
@@ -248,8 +253,8 @@ class Admissions:
                              (decision.create.title, now, conv.id))
                 conv.title = decision.create.title
             if decision.move is not None:
-                changed |= self._move(conn, conv, decision.move, now)
-            changed |= self._apply_lifecycle(conn, conv, decision, now)
+                changed |= self._move(conn, conv, decision.move, now, events)
+            changed |= self._apply_lifecycle(conn, conv, decision, now, events)
             if decision.stop_session:
                 self._fifo.stop_session(conv.id, decision.stop_session, now)
                 changed = True
@@ -291,11 +296,14 @@ class Admissions:
                                   int(following)))
             if following:
                 wake_ids.append(INBOX_CONVERSATION_ID)
+        joined = conv.id if to_fifo and conv is not None else (
+            INBOX_CONVERSATION_ID if INBOX_CONVERSATION_ID in wake_ids else None)
         if effects:
             self._outbox.prepare(
                 [replace(s, conversation_id=s.conversation_id or conversation_id) for s in effects], now)
         return AdmissionResult(outcome, reason, conversation_id, effects=len(effects),
-                               wake_ids=tuple(wake_ids), lookup_ids=tuple(lookup_ids))
+                               wake_ids=tuple(wake_ids), lookup_ids=tuple(lookup_ids),
+                               joined=joined, events=tuple(events))
 
     @staticmethod
     def _duplicate(conn: sqlite3.Connection, d: InboundDelivery) -> AdmissionResult:
@@ -382,19 +390,22 @@ class Admissions:
         return _Conversation(conversation_id, new.title or "", False, None, new.route, new.ownership,
                              new.project_id)
 
-    def _move(self, conn: sqlite3.Connection, conv: _Conversation, move: Move, now: int) -> bool:
+    def _move(self, conn: sqlite3.Connection, conv: _Conversation, move: Move, now: int,
+              events: list[tuple[str, str]]) -> bool:
         """A signed payload named the issue's project; True when the conversation may now run."""
         conn.execute(_MOVE, (move.route, move.ownership.value, move.project_id, int(move.tainted),
                              now, conv.id))
         before = conv.ownership
         conv.route = move.route or conv.route
         conv.ownership, conv.project_id = move.ownership, move.project_id
+        if before is not move.ownership:
+            events.append((move.ownership.value, move.project_id or "no project"))
         if before is Ownership.PENDING and move.ownership is Ownership.NOT_OWNED:
             self._fifo.complete_not_owned(conv.id, now)
         return before is not Ownership.OWNED and move.ownership is Ownership.OWNED
 
     def _apply_lifecycle(self, conn: sqlite3.Connection, conv: _Conversation, decision: Decision,
-                         now: int) -> bool:
+                         now: int, events: list[tuple[str, str]]) -> bool:
         """Record terminal intent (retiring unfinished work) or clear it; True if it changed."""
         lifecycle = decision.lifecycle
         if lifecycle is None:
@@ -407,8 +418,10 @@ class Admissions:
             conn.execute(_TERMINAL, (lifecycle.outcome.value, lifecycle.state_id,
                                      lifecycle.done_state_id, now, conv.id))
             self._fifo.retire(conv.id, now, decision.retire_reply)
+            events.append(("terminal", lifecycle.outcome.value))
         else:
             conn.execute(_OPEN, (now, conv.id))
+            events.append(("reopened", ""))
         return True
 
 

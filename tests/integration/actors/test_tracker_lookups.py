@@ -55,7 +55,7 @@ def test_an_answer_is_cached_until_a_mutation_retires_it(store: Store, clock: Sy
     woken: list[str] = []
     told = threading.Event()
     tracker = start(store, fake, clock)
-    tracker.subscribe_ownership(lambda c: (woken.append(c), told.set())).get(timeout=5)
+    tracker.subscribe_ownership(lambda c, owned: (woken.append(c), told.set())).get(timeout=5)
     tracker.check_ownership().get(timeout=5)
     wait_until(lambda: ownership(store, cid) == "owned")
     assert told.wait(5) and woken == [cid]
