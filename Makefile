@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean install
+.PHONY: run test demo bench clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+demo: $(STAMP)
+	$(BIN)/wakeline demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py

@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -24,6 +25,22 @@ from wakeline.config import CONFIG_ENV, Config, config_path, load_config
 from wakeline.errors import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+# What to do about a refusal, by its error code.
+NEXT_STEP = {
+    "unauthorized": "the token was refused: the operator token is <state_dir>/operator.token; "
+                    "run this as the user wakeline runs as",
+    "lane_refused": "a turn's token may not do this: run it with the operator token",
+    "not_found": "list what exists with `wakeline conversations` or `wakeline effects`",
+    "conflict": "see its state with `wakeline conversations show ID` or `wakeline effects list`",
+    "not_shown": "read the inbox first (`wakeline inbox`), then ack a cursor it showed",
+    "requires_connected_linear": "put a Linear key in linear.api_key_file (docs/operations.md, "
+                                 "Connecting Linear) and restart",
+    "budget_exhausted": "wait for the budget to refill (retryAfterSeconds), or raise "
+                        "linear.request_budget_per_hour",
+    "possibly_dispatched": "check in Linear whether it happened before sending it again",
+    "confirm_mismatch": "pass --confirm once for each id in targets, and nothing else",
+    "unavailable": "the service's store or journal is busy or failing: see its log, then retry",
+}
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
@@ -56,13 +73,17 @@ class Context:
         try:
             return OperatorClient.from_config(self.config()).request(method, path, **kwargs)
         except Unreachable as exc:
-            fail(str(exc), EXIT_UNREACHABLE)
+            fail(f"{exc}: is `wakeline serve` running with this config? (its operator API is "
+                 "server.operator_host and server.operator_port)", EXIT_UNREACHABLE)
         except NoToken as exc:
-            fail(f"{exc} (run `wakeline init` or `wakeline serve` first)", EXIT_UNREACHABLE)
+            fail(f"{exc} (run `wakeline init` or `wakeline serve` first, or run this as the "
+                 "user wakeline runs as)", EXIT_UNREACHABLE)
         except ApiError as exc:
             # A refusal also prints what its body adds (confirm targets, an effect id).
             extras = {k: v for k, v in exc.body.items() if k not in ("error", "detail")}
-            fail(str(exc) + (f" {json.dumps(extras, ensure_ascii=False)}" if extras else ""), EXIT_FAILED)
+            hint = NEXT_STEP.get(str(exc.body.get("error")))
+            fail(str(exc) + (f" {json.dumps(extras, ensure_ascii=False)}" if extras else "")
+                 + (f"\n  next: {hint}" if hint else ""), EXIT_FAILED)
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -87,21 +108,26 @@ def cli(ctx: click.Context, config_option: str | None) -> None:
 
 
 @cli.command()
+@json_option
 @pass_ctx
-def init(ctx: Context) -> None:
-    """Write a commented config, the webhook secret and the operator token."""
+def init(ctx: Context, as_json: bool) -> None:
+    """Write a commented config, the webhook secret and the operator token.
+
+    Never overwrites: what exists is kept. Then edit the config's routes and run
+    `wakeline doctor`, and `wakeline serve`.
+    """
     from wakeline.scaffold import init_project
 
     try:
         report = init_project(ctx.path)
     except ConfigError as exc:
         fail(f"config error: {exc.key}: {exc.reason}", EXIT_USAGE)
-    for label, (path, created) in (
-        ("config", report.config),
-        ("webhook secret", report.webhook_secret),
-        ("operator token", report.operator_token),
-    ):
-        click.echo(f"{label}: {path} ({'created' if created else 'kept'})")
+    files = {"config": report.config, "webhookSecret": report.webhook_secret,
+             "operatorToken": report.operator_token}
+    data = {key: {"path": str(path), "created": created} for key, (path, created) in files.items()}
+    labels = {"config": "config", "webhookSecret": "webhook secret", "operatorToken": "operator token"}
+    emit(data, as_json, lambda d: "\n".join(
+        f"{labels[k]}: {v['path']} ({'created' if v['created'] else 'kept'})" for k, v in d.items()))
 
 
 @cli.command()
@@ -149,7 +175,12 @@ JOURNAL_WAIT_TIMEOUT_SECONDS = 40.0  # the service holds a follow request up to 
 
 
 def _doctor_text(data: dict[str, Any]) -> str:
-    lines = [f"{'✓' if c['ok'] else '✗'} {c['name']}: {c['detail']}" for c in data["checks"]]
+    lines = []
+    for c in data["checks"]:
+        mark = click.style("✓", fg="green") if c["ok"] else click.style("✗", fg="red", bold=True)
+        lines.append(f"{mark} {c['name']}: {c['detail']}")
+        if c.get("fix") and not c["ok"]:
+            lines.append(f"    fix: {c['fix']}")
     lines.append("all checks passed" if data["ok"] else "some checks failed")
     return "\n".join(lines)
 
@@ -158,20 +189,62 @@ def _doctor_text(data: dict[str, Any]) -> str:
 @json_option
 @pass_ctx
 def doctor(ctx: Context, as_json: bool) -> None:
-    """Check config, store, secrets and the Linear credential, without calling Linear.
+    """Check config, routes, agent commands, store, secrets, disk and the Linear credential,
+    without calling Linear.
 
+    With the service running it asks the service. Without, it checks what it can from
+    the config (routes, agent commands, free ports, disk) and exits 3 after saying so.
     Exits 1 when a check fails.
     """
-    data = ctx.call("GET", "/v1/doctor")
+    try:
+        data = OperatorClient.from_config(ctx.config()).request("GET", "/v1/doctor")
+    except (Unreachable, NoToken) as exc:
+        from wakeline.checks import local_checks
+
+        checks = [c.to_json() for c in local_checks(ctx.config())]
+        data = {"ok": all(c["ok"] for c in checks), "checks": checks, "service": "not running"}
+        emit(data, as_json, _doctor_text)
+        fail(f"{exc}: start it with `wakeline serve` for the store, secret and Linear checks",
+             EXIT_UNREACHABLE)
+    except ApiError as exc:
+        fail(str(exc))
     emit(data, as_json, _doctor_text)
     if not data.get("ok"):
         sys.exit(EXIT_FAILED)
 
 
+def ago(stamp: str | None) -> str:
+    """An API time as a person reads it: `12s ago`, `5m ago`, `3h ago`, `2d ago`."""
+    if not stamp:
+        return "-"
+    try:
+        moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return stamp
+    seconds = int((datetime.now(timezone.utc) - moment).total_seconds())
+    if seconds < 0:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+STATE_COLOURS = {"idle": "green", "running": "cyan", "stalled": "red", "waiting_ownership": "yellow",
+                 "terminal": "bright_black", "confirmed": "green", "rejected": "red",
+                 "outcome_unknown": "yellow", "held": "yellow", "released": "bright_black"}
+
+
+def coloured(state: str, width: int = 0) -> str:
+    """A state, padded, in its colour (click drops colours when the output is not a terminal)."""
+    return click.style(f"{state:<{width}}", fg=STATE_COLOURS.get(state.split(" ")[0]))
+
+
 def _effect_line(e: dict[str, Any]) -> str:
     error = f"  ({e['error']})" if e.get("error") else ""
-    lines = [f"{e['id']}  {e['state']:<15} {e['createdAt']}  {e['summary']}{error}"]
-    lines += [f"    {h['state']:<9} {h['receivedAt']}  {h['headline']}" for h in e.get("held", [])]
+    lines = [f"{e['id']}  {coloured(e['state'], 15)} {ago(e['createdAt']):>9}  {e['summary']}{error}"]
+    lines += [f"    {coloured(h['state'], 9)} {ago(h['receivedAt']):>9}  {h['headline']}"
+              for h in e.get("held", [])]
     return "\n".join(lines)
 
 
@@ -289,6 +362,13 @@ def linear_connect(ctx: Context, as_json: bool) -> None:
                                   f"with a {d['kind'].replace('_', ' ')}")
 
 
+def _json_or_text(resp: requests.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return resp.text.strip()
+
+
 def _replay_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     lines = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -307,8 +387,9 @@ def _replay_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
 @cli.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--url", help="Webhook URL (default: the configured ingress).")
+@json_option
 @pass_ctx
-def replay(ctx: Context, file: Path, url: str | None) -> None:
+def replay(ctx: Context, file: Path, url: str | None, as_json: bool) -> None:
     """Sign and send recorded deliveries with fresh timestamps.
 
     Each line is a webhook body, or {"body": {...}, "delivery": ID, "event": TYPE}.
@@ -341,7 +422,11 @@ def replay(ctx: Context, file: Path, url: str | None) -> None:
             resp = session.post(url, data=raw, headers=headers, timeout=30)
         except requests.RequestException:
             fail(f"cannot reach {url}", EXIT_UNREACHABLE)
-        click.echo(f"line {number}: {delivery} -> {resp.status_code} {resp.text.strip()}")
+        if as_json:
+            click.echo(json.dumps({"line": number, "delivery": delivery, "status": resp.status_code,
+                                   "answer": _json_or_text(resp)}, ensure_ascii=False))
+        else:
+            click.echo(f"line {number}: {delivery} -> {resp.status_code} {resp.text.strip()}")
         failures += resp.status_code != 200
     if failures:
         fail(f"{failures} deliveries refused", EXIT_FAILED)
@@ -350,8 +435,9 @@ def replay(ctx: Context, file: Path, url: str | None) -> None:
 def _conversation_line(c: dict[str, Any]) -> str:
     last = c.get("lastTurn") or {}
     state = f"{c['state']} ({c['outcome']})" if c.get("outcome") else c["state"]
-    return (f"{c['id']}  {state:<8} pending {c['pending']:<3} claimed {c['claimed']:<3} "
-            f"last {last.get('result', '-'):<11} {c['title'] or c['subject']['key']}")
+    return (f"{c['id']}  {coloured(state, 21)} pending {c['pending']:<3} claimed {c['claimed']:<3} "
+            f"last {last.get('result', '-'):<11} {ago(c.get('updatedAt')):>9}  "
+            f"{c['title'] or c['subject']['key']}")
 
 
 def _conversation_text(c: dict[str, Any]) -> str:
@@ -439,7 +525,7 @@ def _inbox_text(data: dict[str, Any], *, before: bool) -> str:
     for e in data["events"]:
         marker = "*" if e["unread"] else " "
         cut = " (truncated)" if e["truncated"] else ""
-        lines.append(f"{e['cursor']:>8} {e['receivedAt']} {marker} {e['headline']}{cut}")
+        lines.append(f"{e['cursor']:>8} {ago(e['receivedAt']):>9} {marker} {e['headline']}{cut}")
         if "event" in e:
             event = json.dumps(e["event"], indent=2, ensure_ascii=False)
             lines += ["           " + line for line in event.splitlines()]
@@ -546,6 +632,60 @@ def journal(ctx: Context, older: int | None, newer: int | None, limit: int, foll
                 cursor = page["entries"][-1]["seq"]
     except KeyboardInterrupt:
         pass
+
+
+def _demo_text(summary: Any) -> str:
+    lines = ["", "What Linear sent (each signed, answered at once):"]
+    lines += [f"  {label:<36} {outcome}" for label, outcome in summary.deliveries]
+    lines += ["", "What Linear would have received from wakeline, in order:"]
+    for number, write in enumerate(summary.writes, 1):
+        what = f"{write['type']} activity" if write.get("type") else write["operation"]
+        body = " ".join(str(write.get("body") or "").split())
+        lines.append(f"  {number:>2}. {what:<22} {body[:90]}{'…' if len(body) > 90 else ''}")
+    lines += ["", "The Linear inbox (every data-change event, kept for the agent to read):"]
+    lines += [f"  {headline}" for headline in summary.inbox] or ["  (empty)"]
+    lines += ["", "Conversations:"]
+    lines += [f"  {c['id']}  {c['state']}{' (' + c['outcome'] + ')' if c['outcome'] else ''}  {c['title']}"
+              for c in summary.conversations]
+    lines += ["", "The journal (what the owner sees with `wakeline journal`):"]
+    lines += [_journal_line(entry) for entry in summary.journal]
+    lines += ["", f"Done in {summary.seconds:.1f} s."]
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.option("--keep", is_flag=True, help="Keep the demo's state dir and say how to look at it.")
+@json_option
+def demo(keep: bool, as_json: bool) -> None:
+    """Run a whole wakeline offline on a bundled session, then show what happened.
+
+    No network and no Linear account: a stand-in for Linear's API runs on loopback and
+    the bundled demo agent answers. Takes about ten seconds.
+    """
+    from wakeline.demo import run_demo
+
+    tty = sys.stderr.isatty() and not as_json
+
+    def progress(text: str) -> None:
+        if tty:
+            click.echo(f"\r\033[K{text[:100]}", nl=False, err=True)
+
+    if not as_json:
+        click.echo("wakeline demo: a whole wakeline, offline, on a bundled Linear session")
+    try:
+        summary = run_demo(keep=keep, progress=progress)
+    except (TimeoutError, OSError) as exc:
+        fail(f"the demo did not finish: {exc}")
+    if tty:
+        click.echo("\r\033[K", nl=False, err=True)
+    emit(summary.to_json(), as_json, lambda _: _demo_text(summary))
+    if summary.kept and not as_json:
+        config = summary.kept / "wakeline.toml"
+        click.echo(f"\nKept in {summary.kept}. To look around, start it again and ask it:\n"
+                   f"  wakeline --config {config} serve &\n"
+                   f"  wakeline --config {config} conversations\n"
+                   f"  wakeline --config {config} journal\n"
+                   f"  wakeline --config {config} inbox --headlines")
 
 
 @cli.command()

@@ -32,7 +32,7 @@ api_url = "https://api.linear.app/graphql"
 organization_id = ""            # set it: deliveries of other organizations get 403
 freshness_seconds = 60
 echo_window_seconds = 90
-owner_user_ids = []
+owner_user_ids = []             # your Linear user id: the journal shows your comments as the owner's
 owner_emails = []
 
 [inbox]
@@ -50,8 +50,9 @@ name = "default"
 teams = ["ENG"]                 # Linear team keys this route serves
 mode = "agent"                  # "agent" or "issue"
 projects = []
-repo = ""
-done_state_id = ""
+repo = ""                       # a git repository: one worktree per issue conversation
+default_branch = ""             # where new worktrees start (empty: the repository's HEAD)
+done_state_id = ""              # the Done state's id: closing there counts as completed
 proposed_state_id = ""
 trust = "private"               # "public": read-only Linear lane for its turns
 reply = "comment"

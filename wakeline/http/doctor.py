@@ -16,8 +16,8 @@ from wakeline.models.health import check_store
 from wakeline.models.store import Store
 from wakeline.providers.linear.client import credential_kind
 from wakeline.secrets import read_secret_file
+from wakeline.checks import command_checks, disk_check, route_checks
 from wakeline.tokens import Lane
-from wakeline.workspaces import Workspaces
 
 if TYPE_CHECKING:
     from wakeline.providers.linear.client import RequestBudget
@@ -71,7 +71,8 @@ class Doctor:
                              f"{config.database_path}: schema {health.schema_version} "
                              f"(expected {health.expected_version}), quick check {health.quick_check}"))
         checks += self._secret_checks()
-        checks += self._route_checks()
+        checks += [c.to_json() for c in (*route_checks(config), *command_checks(config),
+                                          disk_check(config))]
         linear, linear_checks = self._linear()
         checks += linear_checks
         resp.media = {"ok": all(c["ok"] for c in checks), "checks": checks, "linear": linear}
@@ -86,20 +87,6 @@ class Doctor:
             _secret("operator_token", s.operator_token if s else None, cfg.operator_token_path,
                     required=True, missing="missing"),
         ]
-
-    def _route_checks(self) -> list[dict[str, Any]]:
-        """Each route's repository is a git repository with its base branch."""
-        cfg = self._config
-        workspaces = Workspaces(cfg.workspaces_path)
-        checks = []
-        for route in cfg.routes:
-            if route.repo:
-                repo = cfg.path(route.repo)
-                reason = workspaces.check_repo(repo, route.default_branch)
-                checks.append(_check(f"route {route.name} repo", reason is None,
-                                     reason or f"{repo}: git repository, worktrees from "
-                                     f"{route.default_branch or 'HEAD'}"))
-        return checks
 
     def _linear(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         key = self._secrets.linear_api_key if self._secrets else None

@@ -171,13 +171,14 @@ class Outbox:
                         .where((e.id == effect_id) & (e.state == EffectState.OUTCOME_UNKNOWN.value))
                         .execute())
 
-    def unsettled(self, conversation_id: str) -> int:
-        """Effects of a conversation that have not reached Linear yet (prepared or in flight)."""
+    def unsettled(self, conversation_id: str | None = None) -> int:
+        """Effects (of a conversation, or all) that have not reached Linear yet: prepared or
+        in flight."""
         e = self._t.effects
-        return e.select().where(
-            (e.conversation_id == conversation_id)
-            & e.state.in_([EffectState.PREPARED.value, EffectState.DISPATCHED.value])
-        ).count()
+        q = e.select().where(e.state.in_([EffectState.PREPARED.value, EffectState.DISPATCHED.value]))
+        if conversation_id is not None:
+            q = q.where(e.conversation_id == conversation_id)
+        return q.count()
 
     def listing(self, limit: int = 100, state: str | None = None) -> list[dict[str, Any]]:
         """Effects newest first, without bodies."""

@@ -53,6 +53,8 @@ def start(harness: Callable[..., Any], fake: FakeLinear | None = None, **kw: Any
     h.deliver(issue_event("issue-7", "OPS-7", "create"))
     wait_until(lambda: len(h.runs()) == 1 and conversation(h)["state"] == "idle",
                message="the first turn ran")
+    # Its reply reached Linear too, so a scripted failure meets the write under test.
+    wait_until(lambda: h.service.store.outbox.unsettled() == 0, message="the reply was sent")
     return h
 
 

@@ -664,7 +664,7 @@ def post_delivery(service: Service, body: dict[str, Any]) -> None:
     assert resp.json()["outcome"] == "accepted", resp.text
 
 
-LINE = re.compile(r"^\s*(\d+) (\S+) ([* ]) (.+)$")
+LINE = re.compile(r"^\s*(\d+)\s+(\S+ ago|just now) ([* ]) (.+)$")
 
 
 def test_cli_reads_and_acknowledges_the_inbox(service: Service) -> None:
