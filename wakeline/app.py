@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -139,7 +140,9 @@ class Service:
                 ref.stop()
         self.journal.actor_ref.stop()
         pykka.ActorRegistry.stop_all()  # anything started meanwhile
-        self.store.close()
+        if self.turn_env.runners is not None:
+            self.turn_env.runners.shutdown(wait=False, cancel_futures=True)
+        self.store.close_all()
         log.info("wakeline stopped")
 
 
@@ -184,6 +187,9 @@ def build_service(
         base_env=dict(os.environ if base_env is None else base_env),
         workspaces=workspaces_of(config),
         agent_cpus=agent_cpus,
+        # One runner per turn slot: a slot is freed only once its runner has finished.
+        runners=ThreadPoolExecutor(config.agent.max_concurrent_turns,
+                                   thread_name_prefix="turn-runner"),
     )
     turn_env.on_finished.append(lambda finished: metrics.turn(finished.result.value))
     turn_env.on_failed.append(lambda turn, error, stalled: metrics.turn("failed"))

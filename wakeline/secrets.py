@@ -116,6 +116,18 @@ def create_secret_file(path: Path, value: str, *, newline: bool = True, durable:
     return True
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to a new owner-only file (0600), replacing a leftover of the same name.
+
+    For short-lived files only a child reads (a turn's prompt): no fsync, no atomic link.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def redact(text: str, secret_values: list[str]) -> str:
     """Replace every held secret, and anything shaped like a Linear key, in `text`."""
     for value in sorted(secret_values, key=len, reverse=True):

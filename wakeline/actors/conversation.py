@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
 from wakeline.prompts import prompt_for
 from wakeline.providers.linear import replies
-from wakeline.secrets import create_secret_file
+from wakeline.secrets import write_private
 from wakeline.tokens import Lane, TokenRegistry
 from wakeline.workspaces import Workspaces
 
@@ -94,16 +95,16 @@ class TurnEnv:
     settled: SettledSignal = field(default_factory=SettledSignal)
     ack_wait_seconds: float = 10.0
     agent_cpus: frozenset[int] | None = None  # set when the service's own threads share one CPU
+    runners: Executor | None = None  # the runner threads' pool (one per turn slot)
 
     def await_replies(self, conversation_id: str) -> None:
         """Block (a runner thread, never an actor) until the conversation's earlier writes
         reached Linear, so the acknowledgement lands before the agent starts; give up after
         Linear's own 10 s window."""
         outbox = self.store.outbox
-        try:
-            self.settled.wait_for(lambda: outbox.unsettled(conversation_id) == 0, self.ack_wait_seconds)
-        finally:
-            self.store.close()
+        self.settled.wait_for(lambda: outbox.unsettled(conversation_id) == 0, self.ack_wait_seconds)
+        if self.runners is None:
+            self.store.close()  # a thread of its own: its connection goes with it
 
     @staticmethod
     def notify(listeners: Sequence[Callable[..., None]], *args: Any) -> None:
@@ -131,10 +132,7 @@ class TurnEnv:
             base=route.default_branch if route else "", identifier=turn.issue_identifier,
             title=issue_title(turn), branch=turn.workspace_branch)
         if placement.branch != turn.workspace_branch and placement.branch is not None:
-            try:
-                self.store.conversations.record_workspace(turn.conversation_id, placement.branch)
-            finally:
-                self.store.close()
+            self.store.conversations.record_workspace(turn.conversation_id, placement.branch)
         return placement.path
 
     @property
@@ -164,10 +162,13 @@ class ConversationActor(pykka.ThreadingActor):
         self._env = env
         self._supervisor = supervisor
         self._running: _Running | None = None
+        self._me: Any = None
 
     def on_start(self) -> None:
         """Name the thread after the conversation for logs and dumps."""
         threading.current_thread().name = f"conversation-{self.conversation_id}"
+        self._me = self.actor_ref.proxy()
+        self._env.store.relax_durability()  # claims and finalisation: see the Store's note
 
     def on_stop(self) -> None:
         """Leave the turn record for recovery; stop the child (SIGTERM, SIGKILL after the
@@ -342,9 +343,7 @@ class ConversationActor(pykka.ThreadingActor):
     def _start(self, turn: ClaimedTurn) -> None:
         env = self._env
         prompt_file = env.prompts / f"{turn.turn_id}.{turn.attempt}.prompt"
-        prompt_file.unlink(missing_ok=True)
-        create_secret_file(prompt_file, prompt_for(turn, env.secret_values), newline=False,
-                           durable=False)
+        write_private(prompt_file, prompt_for(turn, env.secret_values))
         # Issued last: nothing below can fail, so a token never outlives a turn that did not start.
         lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
         token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
@@ -366,7 +365,7 @@ class ConversationActor(pykka.ThreadingActor):
             cpus=env.agent_cpus,
             prepare=lambda: env.prepare_workspace(turn),
         )
-        me = self.actor_ref.proxy()
+        me = self._me
 
         def on_exit(outcome: RunOutcome) -> None:
             try:
@@ -374,7 +373,7 @@ class ConversationActor(pykka.ThreadingActor):
             except pykka.ActorDeadError:
                 pass  # shutting down: the turn record stays for recovery
 
-        process = TurnProcess(spec, on_exit)
+        process = TurnProcess(spec, on_exit, env.runners)
         self._running = _Running(turn, process, token, env.clock.monotonic())
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})

@@ -1,10 +1,11 @@
-"""The turn runner: one agent child process, watched from its own thread.
+"""The turn runner: one agent child process, watched from a runner thread.
 
 The child runs in its own process group (so stop reaches everything it
 started), reads the prompt from a file on stdin, and has its stdout and stderr
 read with fixed bounds: a flood costs CPU, never memory. When the child exits
 the runner calls `on_exit` with a `RunOutcome`; it never decides what the
-outcome means.
+outcome means. Runner threads come from a fixed pool (one per turn slot), so a
+turn costs no thread start and its store connection stays open between turns.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import selectors
 import signal
 import subprocess
 import threading
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -81,19 +83,24 @@ class _Capture:
 
 
 class TurnProcess:
-    """Runs one agent process on a named thread and reports its outcome once."""
+    """Runs one agent process on a runner thread of `pool` and reports its outcome once."""
 
-    def __init__(self, spec: TurnSpec, on_exit: Callable[[RunOutcome], None]) -> None:
+    def __init__(self, spec: TurnSpec, on_exit: Callable[[RunOutcome], None],
+                 pool: Executor | None = None) -> None:
         self.spec = spec
         self._on_exit = on_exit
+        self._pool = pool
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._cancelled: int | None = None
-        self._thread = threading.Thread(target=self._run, name=f"turn-{spec.turn_id}", daemon=True)
+        self._done = threading.Event()
 
     def start(self) -> None:
-        """Spawn the child on the runner thread."""
-        self._thread.start()
+        """Spawn the child on a runner thread (of the pool, else a thread of its own)."""
+        if self._pool is not None:
+            self._pool.submit(self._run)
+        else:
+            threading.Thread(target=self._run, name=f"turn-{self.spec.turn_id}", daemon=True).start()
 
     def signal(self, signum: int) -> None:
         """Send a signal to the child's whole process group; a gone group is fine.
@@ -113,8 +120,7 @@ class TurnProcess:
 
     def wait_exit(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for the child and its capture to end; True if they did."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._done.wait(timeout)
 
     def terminate(self) -> None:
         """SIGTERM to the group."""
@@ -130,6 +136,7 @@ class TurnProcess:
         except Exception as exc:  # a runner crash is a failed turn, never a silent loss
             log.exception("turn runner failed", extra={"turn_id": self.spec.turn_id})
             outcome = RunOutcome(exit_code=None, spawn_error=f"runner crashed: {exc.__class__.__name__}")
+        self._done.set()
         self._on_exit(outcome)
 
     def _execute(self) -> RunOutcome:

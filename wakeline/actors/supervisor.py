@@ -41,7 +41,8 @@ class Supervisor(pykka.ThreadingActor):
         super().__init__()
         self._env = env
         self._slots = max_concurrent_turns
-        self._live: dict[str, Any] = {}
+        self._live: dict[str, Any] = {}  # conversation id -> its actor's proxy (made once: costly)
+        self._me: Any = None
         self._ready: deque[str] = deque()
         self._queued: set[str] = set()
         self._ticks = 0
@@ -51,12 +52,13 @@ class Supervisor(pykka.ThreadingActor):
     def on_start(self) -> None:
         """Name the thread; start the janitor that retires worktrees."""
         threading.current_thread().name = "supervisor"
+        self._me = self.actor_ref.proxy()
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="workspaces")
 
     def on_stop(self) -> None:
         """Stop every conversation actor (their children get SIGTERM) and the janitor."""
-        for ref in self._live.values():
-            ref.stop(block=False)
+        for live in self._live.values():
+            live.actor_ref.stop(block=False)
         self._live.clear()
         if self._janitor is not None:
             self._janitor.shutdown(wait=True, cancel_futures=True)
@@ -79,7 +81,7 @@ class Supervisor(pykka.ThreadingActor):
         for cid in conversation_ids:
             live = self._live.get(cid)
             if live is not None:
-                live.proxy().wake()
+                live.wake()
             elif cid not in self._queued:
                 self._queued.add(cid)
                 self._ready.append(cid)
@@ -99,24 +101,24 @@ class Supervisor(pykka.ThreadingActor):
         self.wake(cid for cid in due if cid not in self._live)
         if self._ticks % SWEEP_EVERY_TICKS == 0:
             self._retire_workspaces()
-        for ref in self._live.values():
-            ref.proxy().tick()
+        for live in self._live.values():
+            live.tick()
 
     def turn_ended(self, conversation_id: str) -> None:
         """A live actor has nothing running: run it again, queue it behind others, or stop it."""
-        ref = self._live.get(conversation_id)
-        if ref is None:
+        live = self._live.get(conversation_id)
+        if live is None:
             return
-        runnable = self._runnable(conversation_id)
+        runnable, cleanup_owed = self._next_step(conversation_id)
         if runnable and not self._ready:
-            ref.proxy().run_next()
+            live.run_next()
             return
         del self._live[conversation_id]
-        ref.stop(block=False)
+        live.actor_ref.stop(block=False)
         if runnable and conversation_id not in self._queued:
             self._queued.add(conversation_id)
             self._ready.append(conversation_id)
-        else:
+        elif cleanup_owed:
             self._retire_workspaces([conversation_id])
         self._fill()
 
@@ -131,13 +133,13 @@ class Supervisor(pykka.ThreadingActor):
             raise NotFound(f"no conversation {conversation_id}")
         live = self._live.get(conversation_id)
         if operation == "stop":
-            stopped = live is not None and live.proxy().stop_turn().get(timeout=10)
+            stopped = live is not None and live.stop_turn().get(timeout=10)
             if not stopped:
                 raise Conflict("no turn is running")
             return {"stopped": True}
         if operation == "reset":
             if live is not None:
-                answer = live.proxy().reset().get(timeout=10)
+                answer = live.reset().get(timeout=10)
             else:
                 outcome = fifo.reset(conversation_id, now, replies.RESET_REPLY)
                 answer = {"sessionId": outcome.session_id if outcome else None,
@@ -163,12 +165,12 @@ class Supervisor(pykka.ThreadingActor):
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _runnable(self, conversation_id: str) -> bool:
+    def _next_step(self, conversation_id: str) -> tuple[bool, bool]:
         try:
-            return self._env.store.fifo.runnable(conversation_id, to_ms(self._env.clock.now()))
+            return self._env.store.fifo.next_step(conversation_id, to_ms(self._env.clock.now()))
         except Exception:
             log.exception("runnable check failed", extra={"conversation_id": conversation_id})
-            return False
+            return False, False
 
     def _retire_workspaces(self, ids: list[str] | None = None) -> None:
         """Hand the janitor every owed cleanup of a conversation with no live actor."""
@@ -205,17 +207,15 @@ class Supervisor(pykka.ThreadingActor):
         finally:
             env.store.close()
         try:
-            self.actor_ref.proxy().workspace_retired(conversation_id)
+            self._me.workspace_retired(conversation_id)
         except pykka.ActorDeadError:
             pass  # stopping: the next start retires it again if it is still owed
 
     def _fill(self) -> None:
-        me = self.actor_ref.proxy()
         while self._ready and len(self._live) < self._slots:
             cid = self._ready.popleft()
             self._queued.discard(cid)
             if cid in self._live:
                 continue
-            ref = ConversationActor.start(cid, self._env, me)
-            self._live[cid] = ref
-            ref.proxy().run_next()
+            live = self._live[cid] = ConversationActor.start(cid, self._env, self._me).proxy()
+            live.run_next()

@@ -95,11 +95,13 @@ class Tracker(pykka.ThreadingActor):
         self._owner_listeners: list[Callable[[str, bool], None]] = []
         self._intent_listeners: list[Callable[[list[str]], None]] = []
         self._looking_up: set[str] = set()
+        self._me: Any = None
         self._cache = LookupCache(clock.monotonic)
 
     def on_start(self) -> None:
         """Name the thread, open the pool, and settle what a crash left in flight."""
         threading.current_thread().name = "tracker"
+        self._me = self.actor_ref.proxy()  # workers tell it; a proxy costs an introspection
         self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="linear")
         unknown = self._store.outbox.recover(to_ms(self._clock.now()))
         if unknown:
@@ -126,15 +128,22 @@ class Tracker(pykka.ThreadingActor):
     def kick(self) -> None:
         """Send every prepared effect not already on its way."""
         now = to_ms(self._clock.now())
-        for effect in self._store.outbox.prepared(limit=100, exclude=self._in_flight):
-            if self._client is None:
-                self._store.outbox.settle(effect.id, EffectState.REJECTED, now,
+        effects = self._store.outbox.prepared(limit=100, exclude=self._in_flight)
+        if not effects:
+            return
+        if self._client is None:
+            # The local backend refuses them all, in one transaction.
+            self._store.outbox.settle_all([e.id for e in effects], EffectState.REJECTED, now,
                                           error=RequiresConnectedLinear.code)
+            for effect in effects:
                 # Waiters (a turn about to start) re-check now, not at their 0.1 s poll.
                 self._publish(SettledWrite(effect.id, effect.kind, effect.target,
                                            EffectState.REJECTED, ()))
-                continue
-            if not self._store.outbox.mark_dispatched(effect.id, now):
+            return
+        # Durably marked before any of them leaves: one transaction for the whole kick.
+        marked = set(self._store.outbox.mark_all_dispatched([e.id for e in effects], now))
+        for effect in effects:
+            if effect.id not in marked:
                 continue
             self._cache.retire()  # a write is on its way: what was looked up may change
             self._in_flight.add(effect.id)
@@ -252,7 +261,7 @@ class Tracker(pykka.ThreadingActor):
         except Exception:
             log.exception("recording a write's outcome failed", extra={"effect_id": effect.id})
         try:
-            self.actor_ref.proxy().settled(write, effect.id)
+            self._me.settled(write, effect.id)
         except pykka.ActorDeadError:
             pass  # stopping: nobody is left to tell
 
@@ -305,7 +314,7 @@ class Tracker(pykka.ThreadingActor):
             log.warning("linear write not confirmed", extra={"effects": intents, "state": state})
         for write in writes:
             try:
-                self.actor_ref.proxy().settled(write, write.effect_id)
+                self._me.settled(write, write.effect_id)
             except pykka.ActorDeadError:
                 pass
 
@@ -337,7 +346,7 @@ class Tracker(pykka.ThreadingActor):
         finally:
             self._store.close()
         try:
-            self.actor_ref.proxy().ownership_checked(cid, settled, owned)
+            self._me.ownership_checked(cid, settled, owned)
         except pykka.ActorDeadError:
             pass
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from peewee import SqliteDatabase
+from playhouse.pool import PooledSqliteDatabase
 
 from wakeline.errors import WakelineError
 from wakeline.models.schema import MIGRATIONS, SCHEMA_VERSION
@@ -29,8 +30,12 @@ class SchemaTooNew(WakelineError):
     code = "schema_too_new"
 
 
-class WriterQueueDatabase(SqliteDatabase):
+class WriterQueueDatabase(PooledSqliteDatabase):
     """SQLite whose writers in this process wait on one lock, woken as the last one commits.
+
+    Connections are pooled: a thread's `close()` hands its connection back for the next
+    thread, so a short-lived thread (a conversation actor) does not pay for opening one
+    and setting its pragmas.
 
     Every transaction begins IMMEDIATE, so each is a writer. Without the lock, a
     thread that finds the write lock taken sleeps in SQLite's busy handler (1, 2, 5
@@ -87,7 +92,7 @@ def open_database(path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> 
             "busy_timeout": int(busy_timeout * 1000),
             "cache_size": -16_000,
         },
-        timeout=busy_timeout,
+        max_connections=None,  # one per thread that uses the store; they are few and reused
         lock_type="IMMEDIATE",
         check_same_thread=False,
         busy_timeout=busy_timeout,

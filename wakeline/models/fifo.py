@@ -3,6 +3,11 @@
 Every method is one transaction. A turn record owns its conversation's claimed
 deliveries; the `turns.conversation_id` UNIQUE constraint makes "at most one
 claim per conversation" a property of the schema, not of the callers.
+
+Every turn claims, ends and asks whether its conversation can run again, so those
+paths (`claim` of a conversation without a surviving turn, `_end`, `runnable`) run
+fixed SQL on the connection: peewee's query building cost more than SQLite itself.
+Rarer paths (resumes, the inbox, resets, recovery) keep the query builder.
 """
 
 from __future__ import annotations
@@ -67,6 +72,61 @@ class ResetOutcome:
 # What waits in a FIFO for a claim: pending deliveries, and held ones that block those behind.
 _WAITING = (DeliveryState.PENDING.value, DeliveryState.HELD.value)
 
+_CONVERSATION = (
+    "SELECT id, kind, terminal, ownership, session_id, route, title, issue_id, issue_identifier,"
+    " tainted, workspace_branch, workspace_cleanup, workspace_kept FROM conversations WHERE id = ?"
+)
+_HAS_TURN = "SELECT 1 FROM turns WHERE conversation_id = ?"
+_HEAD = (
+    "SELECT id, size_bytes, state, headline, received_at, envelope FROM deliveries"
+    " WHERE conversation_id = ? AND state IN ('pending', 'held') ORDER BY id LIMIT ?"
+)
+_NEW_TURN = (
+    "INSERT INTO turns (id, conversation_id, state, attempt, created_at, started_at)"
+    " VALUES (?, ?, 'running', 1, ?, ?)"
+)
+_CLAIM = "UPDATE deliveries SET state = 'claimed', turn_id = ? WHERE id IN ({marks})"
+_CLAIMED_CONVERSATION = (
+    "UPDATE conversations SET session_id = ?, workspace_cleanup = 0, workspace_kept = NULL,"
+    " updated_at = ? WHERE id = ?"
+)
+_TURN_OF = "SELECT conversation_id, attempt, started_at FROM turns WHERE id = ?"
+_COMPLETE_CLAIMS = (
+    "UPDATE deliveries SET state = 'completed', completed_at = ?, completion = ?"
+    " WHERE turn_id = ? AND state = 'claimed'"
+)
+_COUNT_OF_TURN = "SELECT COUNT(*) FROM deliveries WHERE turn_id = ?"
+_RESULT = (
+    "INSERT INTO turn_results (turn_id, conversation_id, result, exit_code, attempts, deliveries,"
+    " output, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_DELETE_TURN = "DELETE FROM turns WHERE id = ?"
+_RUNNABLE = (
+    "SELECT c.kind, c.terminal, c.ownership, t.state, t.next_attempt_at, c.workspace_cleanup,"
+    " (SELECT state FROM deliveries WHERE conversation_id = c.id AND state IN ('pending', 'held')"
+    " ORDER BY id LIMIT 1) FROM conversations c LEFT JOIN turns t ON t.conversation_id = c.id"
+    " WHERE c.id = ?"
+)
+
+
+@dataclass(frozen=True)
+class _Conv:
+    """A conversation row, as the claim reads it."""
+
+    id: str
+    kind: str
+    terminal: int
+    ownership: str
+    session_id: str | None
+    route: str | None
+    title: str
+    issue_id: str | None
+    issue_identifier: str | None
+    tainted: int
+    workspace_branch: str | None
+    workspace_cleanup: int
+    workspace_kept: str | None
+
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
@@ -91,6 +151,46 @@ class Fifo:
         Returns None when there is nothing to run: no pending delivery, a stalled
         turn waiting for an operator, or a terminal conversation.
         """
+        with self._db.atomic():
+            conn = self._db.connection()
+            row = conn.execute(_CONVERSATION, (conversation_id,)).fetchone()
+            if row is None:
+                return None
+            if row[1] == ConversationKind.INBOX or conn.execute(_HAS_TURN, (conversation_id,)).fetchone():
+                return self._claim_slow(conversation_id, now, max_deliveries, max_bytes)
+            return self._claim_head(conn, _Conv(*row), now, max_deliveries, max_bytes)
+
+    def _claim_head(self, conn: Any, conv: _Conv, now: int, max_deliveries: int,
+                    max_bytes: int) -> ClaimedTurn | None:
+        """The common claim: no surviving turn, the oldest pending batch of an issue conversation."""
+        if conv.terminal or conv.ownership == Ownership.PENDING:
+            return None  # closed, or waiting for the tracker to look up who owns the issue
+        batch, used = [], 0
+        for row in conn.execute(_HEAD, (conv.id, max_deliveries)).fetchall():
+            if row[2] == DeliveryState.HELD or (batch and used + row[1] > max_bytes):
+                break  # a held entry keeps its place: nothing behind it runs before it
+            batch.append(row)
+            used += row[1]
+        if not batch:
+            return None
+        turn_id = _new_id("turn")
+        conn.execute(_NEW_TURN, (turn_id, conv.id, now, now))
+        conn.execute(_CLAIM.format(marks=", ".join("?" * len(batch))), (turn_id, *(r[0] for r in batch)))
+        session_id = conv.session_id or _new_id("ses")
+        if not conv.session_id or conv.workspace_cleanup or conv.workspace_kept:
+            # The workspace is in use again: a cleanup owed since a retirement no longer applies.
+            conn.execute(_CLAIMED_CONVERSATION, (session_id, now, conv.id))
+        entries = tuple(FifoEntry(r[0], r[3], r[4], parse_envelope(r[5])) for r in batch)
+        return ClaimedTurn(
+            turn_id=turn_id, conversation_id=conv.id, attempt=1, session_id=session_id,
+            kind=conv.kind, route=conv.route, title=conv.title, issue_id=conv.issue_id,
+            issue_identifier=conv.issue_identifier, tainted=bool(conv.tainted), entries=entries,
+            workspace_branch=conv.workspace_branch,
+        )
+
+    def _claim_slow(self, conversation_id: str, now: int, max_deliveries: int,
+                    max_bytes: int) -> ClaimedTurn | None:
+        """A surviving turn (a retry, a stop), or the inbox: inside `claim`'s transaction."""
         t = self._t
         with self._db.atomic():
             conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
@@ -214,20 +314,16 @@ class Fifo:
 
     def _end(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
              output: str = "") -> bool:
-        t = self._t
-        turn = t.turns.get_or_none(t.turns.id == turn_id)
+        conn = self._db.connection()
+        turn = conn.execute(_TURN_OF, (turn_id,)).fetchone()
         if turn is None:
             return False
-        d = t.deliveries
-        d.update(state=DeliveryState.COMPLETED.value, completed_at=now, completion=result.value) \
-            .where((d.turn_id == turn_id) & (d.state == DeliveryState.CLAIMED.value)).execute()
-        count = d.select().where(d.turn_id == turn_id).count()  # also those a Linear stop completed early
-        t.turn_results.insert(
-            turn_id=turn_id, conversation_id=turn.conversation_id, result=result.value,
-            exit_code=exit_code, attempts=turn.attempt, deliveries=count,
-            output=output[:OUTPUT_MAX_CHARS], started_at=turn.started_at, finished_at=now,
-        ).execute()
-        t.turns.delete().where(t.turns.id == turn_id).execute()
+        conn.execute(_COMPLETE_CLAIMS, (now, result.value, turn_id))
+        # Counted after: the deliveries a Linear stop completed early rode this turn too.
+        count = conn.execute(_COUNT_OF_TURN, (turn_id,)).fetchone()[0]
+        conn.execute(_RESULT, (turn_id, turn[0], result.value, exit_code, turn[1], count,
+                               output[:OUTPUT_MAX_CHARS], turn[2], now))
+        conn.execute(_DELETE_TURN, (turn_id,))
         return True
 
     def fail(self, turn_id: str, error: str, now: int, backoff_seconds: Sequence[int],
@@ -498,23 +594,30 @@ class Fifo:
             self._outbox.prepare(effects, now)
 
     def runnable(self, conversation_id: str, now: int) -> bool:
-        """True when `claim` would return a turn now."""
-        t = self._t
-        conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
-        if conv is None:
-            return False
-        turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
-        if turn is not None:
-            if conv.kind == ConversationKind.INBOX and not self._following():
+        """True when `claim` would return a turn now (one read)."""
+        return self.next_step(conversation_id, now)[0]
+
+    def next_step(self, conversation_id: str, now: int) -> tuple[bool, bool]:
+        """(whether `claim` would return a turn now, whether a worktree cleanup is owed): one read."""
+        row = self._db.execute_sql(_RUNNABLE, (conversation_id,)).fetchone()
+        if row is None:
+            return False, False
+        kind, terminal, ownership, turn_state, next_attempt_at, cleanup, head = row
+        return self._runnable(kind, terminal, ownership, turn_state, next_attempt_at, head, now), \
+            bool(cleanup)
+
+    def _runnable(self, kind: str, terminal: int, ownership: str, turn_state: str | None,
+                  next_attempt_at: int | None, head: str | None, now: int) -> bool:
+        if turn_state is not None:
+            if kind == ConversationKind.INBOX and not self._following():
                 return False
-            return turn.state == TurnState.RUNNING or (
-                turn.state == TurnState.RETRY and (turn.next_attempt_at or 0) <= now
-            )
-        if conv.terminal or conv.ownership == Ownership.PENDING:
+            return turn_state == TurnState.RUNNING or (
+                turn_state == TurnState.RETRY and (next_attempt_at or 0) <= now)
+        if terminal or ownership == Ownership.PENDING:
             return False
-        if conv.kind == ConversationKind.INBOX:
+        if kind == ConversationKind.INBOX:
             return self._inbox_waiting()
-        return self.has_pending(conversation_id)
+        return head == DeliveryState.PENDING
 
     def _inbox_waiting(self) -> bool:
         m = self._t.inbox

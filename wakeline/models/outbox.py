@@ -88,8 +88,28 @@ class PendingEffect:
     activity_type: str | None
 
 
+_PREPARE = (
+    "INSERT INTO effects (id, kind, conversation_id, target, summary, body, mutation_hash, state,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'prepared', ?)"
+)
+_PREPARED = (
+    "SELECT id, kind, target, body FROM effects WHERE state = 'prepared' AND kind != 'mutation'"
+    " ORDER BY created_at, id LIMIT ?"
+)
+_DISPATCH = (
+    "UPDATE effects SET state = 'dispatched', dispatched_at = ? WHERE id = ? AND state = 'prepared'"
+)
+_SETTLE = (
+    "UPDATE effects SET state = ?, settled_at = ?, error = ?, body = NULL, result_ids = ? WHERE id = ?"
+)
+_UNSETTLED = "SELECT COUNT(*) FROM effects WHERE state IN ('prepared', 'dispatched')"
+
+
 class Outbox:
-    """Effects over one database; callers hold the transaction for `prepare`."""
+    """Effects over one database; callers hold the transaction for `prepare`.
+
+    Every turn prepares, sends and settles its replies, so those run fixed SQL.
+    """
 
     def __init__(self, db: SqliteDatabase, tables: Tables) -> None:
         self._db = db
@@ -101,43 +121,39 @@ class Outbox:
         for spec in specs:
             effect_id = str(uuid.uuid4())
             payload = {"type": spec.activity_type, "body": spec.body}
-            self._t.effects.insert(
-                id=effect_id, kind=spec.kind.value, conversation_id=spec.conversation_id,
-                target=spec.target, summary=spec.summary(), body=json.dumps(payload),
-                mutation_hash=hashlib.sha256(json.dumps([spec.kind, spec.target, payload]).encode()).hexdigest(),
-                state=EffectState.PREPARED.value, created_at=now,
-            ).execute()
+            mutation_hash = hashlib.sha256(json.dumps([spec.kind, spec.target, payload]).encode()).hexdigest()
+            self._db.execute_sql(_PREPARE, (effect_id, spec.kind.value, spec.conversation_id,
+                                            spec.target, spec.summary(), json.dumps(payload),
+                                            mutation_hash, now))
             ids.append(effect_id)
         return ids
 
     def prepared(self, limit: int = 50, exclude: Iterable[str] = ()) -> list[PendingEffect]:
         """Prepared effects, oldest first (intents are not the outbox's to send)."""
-        e = self._t.effects
-        q = e.select().where((e.state == EffectState.PREPARED.value)
-                             & (e.kind != EffectKind.MUTATION.value))
-        skip = list(exclude)
-        if skip:
-            q = q.where(e.id.not_in(skip))
+        skip = set(exclude)
         out = []
-        for row in q.order_by(e.created_at, e.id).limit(limit):
-            payload = json.loads(row.body or "{}")
-            out.append(PendingEffect(row.id, EffectKind(row.kind), row.target, payload.get("body", ""),
+        for effect_id, kind, target, body in self._db.execute_sql(_PREPARED, (limit + len(skip),)):
+            if effect_id in skip:
+                continue
+            payload = json.loads(body or "{}")
+            out.append(PendingEffect(effect_id, EffectKind(kind), target, payload.get("body", ""),
                                      payload.get("type")))
-        return out
+        return out[:limit]
 
     def mark_dispatched(self, effect_id: str, now: int) -> bool:
         """Durably note that the write is about to leave; False if it is no longer prepared."""
-        e = self._t.effects
         with self._db.atomic():
-            return bool(e.update(state=EffectState.DISPATCHED.value, dispatched_at=now)
-                        .where((e.id == effect_id) & (e.state == EffectState.PREPARED.value)).execute())
+            return self._db.execute_sql(_DISPATCH, (now, effect_id)).rowcount == 1
 
-    def mark_all_dispatched(self, effect_ids: Iterable[str], now: int) -> None:
-        """Durably note that a write carrying these intents is about to leave (one transaction)."""
-        e = self._t.effects
+    def mark_all_dispatched(self, effect_ids: Iterable[str], now: int) -> list[str]:
+        """Durably note that these writes are about to leave (one transaction); returns the ids
+        that were still prepared, which are the only ones that may go."""
+        marked = []
         with self._db.atomic():
-            e.update(state=EffectState.DISPATCHED.value, dispatched_at=now).where(
-                e.id.in_(list(effect_ids)) & (e.state == EffectState.PREPARED.value)).execute()
+            for effect_id in effect_ids:
+                if self._db.execute_sql(_DISPATCH, (now, effect_id)).rowcount == 1:
+                    marked.append(effect_id)
+        return marked
 
     def unmark(self, effect_id: str) -> None:
         """Back to prepared: the write never left (the budget refused it before dispatch)."""
@@ -149,11 +165,15 @@ class Outbox:
     def settle(self, effect_id: str, state: EffectState, now: int, *, error: str | None = None,
                result_ids: list[str] | None = None) -> None:
         """Record the outcome and drop the body."""
-        e = self._t.effects
+        self.settle_all([effect_id], state, now, error=error, result_ids=result_ids)
+
+    def settle_all(self, effect_ids: Iterable[str], state: EffectState, now: int, *,
+                   error: str | None = None, result_ids: list[str] | None = None) -> None:
+        """Record the same outcome for several effects in one transaction; drop their bodies."""
+        ids = json.dumps(result_ids) if result_ids else None
         with self._db.atomic():
-            e.update(state=state.value, settled_at=now, error=error, body=None,
-                     result_ids=json.dumps(result_ids) if result_ids else None) \
-                .where(e.id == effect_id).execute()
+            for effect_id in effect_ids:
+                self._db.execute_sql(_SETTLE, (state.value, now, error, ids, effect_id))
 
     def recover(self, now: int) -> int:
         """Startup: a write that was dispatched but never settled may have happened."""
@@ -174,11 +194,10 @@ class Outbox:
     def unsettled(self, conversation_id: str | None = None) -> int:
         """Effects (of a conversation, or all) that have not reached Linear yet: prepared or
         in flight."""
-        e = self._t.effects
-        q = e.select().where(e.state.in_([EffectState.PREPARED.value, EffectState.DISPATCHED.value]))
-        if conversation_id is not None:
-            q = q.where(e.conversation_id == conversation_id)
-        return q.count()
+        if conversation_id is None:
+            return int(self._db.execute_sql(_UNSETTLED).fetchone()[0])
+        sql = _UNSETTLED + " AND conversation_id = ?"
+        return int(self._db.execute_sql(sql, (conversation_id,)).fetchone()[0])
 
     def listing(self, limit: int = 100, state: str | None = None) -> list[dict[str, Any]]:
         """Effects newest first, without bodies."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,6 +56,7 @@ class Store:
     def __init__(self, db: SqliteDatabase, clock: Clock, following_default: bool = False) -> None:
         self.db = db
         self.clock = clock
+        self._relaxed = threading.local()
         self.t: Tables = bind_tables(db)
         self.outbox = Outbox(db, self.t)
         self.fifo = Fifo(db, self.t, self.outbox, self.following)
@@ -85,10 +87,30 @@ class Store:
                 m.update(wakes=False).where((m.surfaced == False) & (m.wakes == True)).execute()  # noqa: E712
             self.set_setting(FOLLOWING_KEY, value)
 
+    def relax_durability(self) -> None:
+        """This thread's commits skip their own fsync (`synchronous = NORMAL`; decision 0017).
+
+        For turn bookkeeping only (claims, finalisation): a kill -9 still loses nothing,
+        and before anything leaves for Linear a FULL commit (dispatch) makes every earlier
+        one durable too, since they share one write-ahead log. Admission stays FULL.
+        """
+        self.db.execute_sql("PRAGMA synchronous = NORMAL")
+        self._relaxed.on = True
+
     def close(self) -> None:
-        """Close this thread's connection."""
+        """Hand this thread's connection back to the pool (durable again for its next user)."""
         if not self.db.is_closed():
+            if getattr(self._relaxed, "on", False):
+                self._relaxed.on = False
+                self.db.execute_sql("PRAGMA synchronous = FULL")
             self.db.close()
+
+    def close_all(self) -> None:
+        """Close every connection of the pool (the service is stopping)."""
+        self.close()
+        close_all = getattr(self.db, "close_all", None)
+        if close_all is not None:
+            close_all()
 
     # --- admission -----------------------------------------------------------------------
 

@@ -96,7 +96,8 @@ def test_lifecycle_and_an_uncertain_write(harness: Callable[..., Any]) -> None:
     assert terminal["issueKeys"] == ["OPS-7"]
     cid = h.only_conversation()["id"]
     h.api("POST", f"/v1/conversations/{cid}/reset")
-    assert [e["stage"] for e in entries(h, "lifecycle")] == ["terminal", "reset"]
+    wait_until(lambda: [e["stage"] for e in entries(h, "lifecycle")] == ["terminal", "reset"],
+               message="the reset was recorded")
 
 
 def test_credentials_never_reach_the_journal(harness: Callable[..., Any]) -> None:
