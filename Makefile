@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test demo bench clean install
+.PHONY: run test demo bench fuzz soak clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,13 @@ demo: $(STAMP)
 	$(BIN)/wakeline demo
 
 bench: $(STAMP)
-	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/all.py
+
+fuzz: $(STAMP)
+	WAKELINE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/unit/http/test_fuzz.py tests/unit/providers/test_guard_properties.py
+
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py --minutes 30
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -142,7 +142,7 @@ class Service:
         pykka.ActorRegistry.stop_all()  # anything started meanwhile
         if self.turn_env.runners is not None:
             self.turn_env.runners.shutdown(wait=False, cancel_futures=True)
-        self.store.close_all()
+        self.store.close()
         log.info("wakeline stopped")
 
 

@@ -1,13 +1,17 @@
-"""`kill -9` of `wakeline serve` mid-turn and mid-finalisation loses and doubles nothing.
+"""`kill -9` of `wakeline serve`, five times under load, loses and doubles nothing.
 
 Deliveries go to a real `wakeline serve` child whose agent takes a little
 while: agent-session prompts on 10 issues of a team-wide route, and comments on
 4 issues of a project-scoped issue route (two of them announced by an Issue
 payload naming the project, two known only from their comments, so the tracker
-looks their project up in a fake Linear). The server is SIGKILLed twice at
-random moments and restarted. Unacknowledged deliveries are re-sent with the
-same delivery id, as Linear retries. In the end every acknowledged delivery is
-completed exactly once, and each issue's deliveries reached the agent in order.
+looks their project up in a fake Linear), at a steady pace. The server is
+SIGKILLed five times and restarted: during admission, during a turn, during the
+journal's compaction (the journal starts just short of it), around a turn's
+finalisation, and at a random moment. Unacknowledged deliveries are re-sent with
+the same delivery id, as Linear retries. In the end every acknowledged delivery
+is completed exactly once, each issue's deliveries reached the agent in order,
+the database passes `PRAGMA integrity_check`, and the journal reads whole with
+its sequence unbroken.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,8 @@ import pytest
 import requests
 
 from tests.conftest import LINEAR_KEY, comment_event, issue_event, session_event, signed
+from wakeline.clock import SystemClock
+from wakeline.journal import COMPACT_AT_LINES, JournalFile, Note
 from tests.fakes.linear import FakeLinear
 from tests.helpers import free_port, wait_until
 
@@ -100,15 +107,36 @@ def _body(i: int, n: int) -> dict[str, Any]:
     return body
 
 
-def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
+def _prefill_journal(root: Path, lines: int) -> None:
+    """A journal just short of its compaction threshold, so the run compacts it (and may be
+    killed while it does)."""
+    journal = JournalFile(root / "state" / "journal", SystemClock())
+    journal.open()
+    now = int(time.time() * 1000)
+    journal.append([Note(id=f"prefill:{n}", kind="lifecycle", at_ms=now, sender="wakeline", to="-",
+                         text=f"prefill {n}") for n in range(lines)])
+    journal.close()
+
+
+def _journal_lines(server: Server) -> int:
+    path = server.root / "state" / "journal" / "entries.jsonl"
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def test_sigkill_five_times_loses_and_doubles_nothing(tmp_path: Path) -> None:
     rng = random.Random(7)
     ops = range(ISSUES, ISSUES + OPS_ISSUES)
     linear = FakeLinear(issues={f"issue-{i}": {"project": PROJECT, "team": "OPS"} for i in ops}).start()
     server = Server(tmp_path, linear.url)
+    _prefill_journal(tmp_path, COMPACT_AT_LINES - 60)
     server.start()
     work = [(i, -1) for i in ops if i % 2 == 0]
     work += [(i, n) for n in range(PER_ISSUE) for i in [*range(ISSUES), *ops]]
     acknowledged: dict[str, tuple[int, int]] = {}
+    refusals: list[int] = []
     done = threading.Event()
 
     def send_all() -> None:
@@ -117,6 +145,7 @@ def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
             body = _body(i, n)
             delivery = f"d-{i}-{n}"
             while True:  # as Linear does: retry until acknowledged
+                body["webhookTimestamp"] = int(time.time() * 1000)  # Linear signs each retry anew
                 raw, headers = signed(body, delivery=delivery, secret=SECRET)
                 try:
                     resp = session.post(server.url, data=raw, headers=headers, timeout=10)
@@ -126,26 +155,56 @@ def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
                 if resp.status_code == 200:
                     acknowledged[delivery] = (i, n)
                     break
+                refusals.append(resp.status_code)
+                done.wait(0.1)  # a 503 while it stops: try again shortly
+            done.wait(0.02)  # a steady load, not a burst: kills land amid all kinds of work
         done.set()
 
-    sender = threading.Thread(target=send_all, daemon=True)
+    def runs() -> int:
+        return _agent_runs(server.log)
+
+    failure: list[BaseException] = []
+
+    def sender_main() -> None:
+        try:
+            send_all()
+        except BaseException as exc:  # surfaced by the assertion below
+            failure.append(exc)
+            raise
+
+    sender = threading.Thread(target=sender_main, daemon=True)
     sender.start()
+    kills: list[str] = []
     try:
-        for _ in range(2):
-            target = rng.randint(15, 60)
-            wait_until(lambda: len(acknowledged) >= target or done.is_set(), timeout=60)
-            wait_until(lambda: _agent_runs(server.log) > 0, timeout=30)
-            server.kill9()
-            server.start()
+        # 1: during admission, while deliveries stream in.
+        wait_until(lambda: len(acknowledged) >= rng.randint(10, 25), timeout=60)
+        server.kill9(); kills.append("admission"); server.start()
+        # 2: during a turn: an agent has just started.
+        started = runs()
+        wait_until(lambda: runs() > started, timeout=60)
+        server.kill9(); kills.append("turn"); server.start()
+        # 3: during journal compaction: the file is at its threshold.
+        wait_until(lambda: _journal_lines(server) >= COMPACT_AT_LINES - 3 or done.is_set(), timeout=60)
+        server.kill9(); kills.append("compaction"); server.start()
+        # 4: during finalisation: just after an agent ran, before its turn is recorded.
+        started = runs()
+        wait_until(lambda: runs() > started, timeout=60)
+        done.wait(rng.uniform(0.15, 0.25))  # the agent sleeps 0.15 s: its turn ends about now
+        server.kill9(); kills.append("finalisation"); server.start()
+        # 5: at a random moment.
+        done.wait(rng.uniform(0.1, 1.0))
+        server.kill9(); kills.append("random"); server.start()
         sender.join(timeout=120)
-        assert done.is_set(), "the sender did not finish"
+        assert done.is_set(), f"the sender did not finish: {failure!r}, refused {refusals[-5:]}"
         wait_until(lambda: _drained(server, len(work)), timeout=120, message="all work completed")
     finally:
         server.stop()
         linear.stop()
+    assert len(kills) == 5
 
     assert len(acknowledged) == len(work)
     db = sqlite3.connect(tmp_path / "state" / "wakeline.db")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     rows = db.execute(
         "SELECT r.delivery_id, d.state, d.completion, d.turn_id FROM receipts r "
         "JOIN deliveries d ON d.receipt_id = r.id"
@@ -170,6 +229,19 @@ def test_sigkill_twice_loses_and_doubles_nothing(tmp_path: Path) -> None:
         assert order == list(range(PER_ISSUE))
     lookups = {r.body["variables"]["id"] for r in linear.lookups()}
     assert lookups == {f"issue-{i}" for i in ops if i % 2}, "only unannounced issues are looked up"
+
+    # The journal reads whole, its sequence unbroken, each source id once, across five crashes.
+    journal = JournalFile(tmp_path / "state" / "journal", SystemClock())
+    journal.open()
+    entries: list[dict[str, Any]] = []
+    while more := journal.page(limit=500, newer=entries[-1]["seq"] if entries else 0).entries:
+        entries += more
+    journal.close()
+    seqs = sorted({e["seq"] for e in entries})
+    assert len(seqs) == len(entries) and seqs == list(range(seqs[0], seqs[-1] + 1))
+    assert len({e["id"] for e in entries}) == len(entries)
+    assert seqs[-1] > COMPACT_AT_LINES  # it grew past its compaction and kept counting
+    assert any(e["kind"] == "turn_report" for e in entries)
 
 
 def _reachable(server: Server) -> bool:

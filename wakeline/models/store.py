@@ -105,13 +105,6 @@ class Store:
                 self.db.execute_sql("PRAGMA synchronous = FULL")
             self.db.close()
 
-    def close_all(self) -> None:
-        """Close every connection of the pool (the service is stopping)."""
-        self.close()
-        close_all = getattr(self.db, "close_all", None)
-        if close_all is not None:
-            close_all()
-
     # --- admission -----------------------------------------------------------------------
 
     def admit(self, plans: Sequence[AdmissionPlan]) -> list[AdmissionResult | Unavailable]:

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Every benchmark, one table: each figure beside the baseline measured in the same run.
+
+    .venv/bin/python bench/all.py [--quick]      (what `make bench` runs)
+
+Runs `ingest.py`, `turns.py`, `sessions.py`, `inbox.py` and `journal.py` one after the
+other (each starts its own servers on loopback and cleans up), keeps their whole output
+in `bench/last-run/`, and prints the figures that matter. Ratios are wakeline over its
+baseline for rates (higher is better) and for times (lower is better), as the column says.
+The machines here are noisy: compare ratios, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+OUT = BENCH / "last-run"
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
+                          text=True, timeout=3600, check=False)
+    text = done.stdout + done.stderr
+    (OUT / f"{script.removesuffix('.py')}.txt").write_text(text)
+    if done.returncode not in (0, 1):  # 1: a target missed, still a result
+        raise SystemExit(f"{script} failed ({done.returncode}); see {OUT}")
+    return text
+
+
+def number(pattern: str, text: str, group: int = 1) -> float:
+    found = re.search(pattern, text)
+    if found is None:
+        raise SystemExit(f"cannot find {pattern!r} in the output; see {OUT}")
+    return float(found.group(group).replace(",", ""))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shorter runs (a smoke test, not a result)")
+    quick = ap.parse_args().quick
+    OUT.mkdir(exist_ok=True)
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    text = run("ingest.py", *(["--rounds", "1", "--seconds", "3"] if quick else ["--rounds", "3"]))
+    a = number(r"\| \*\*all \d+\*\* \| \*\*wakeline\*\* \| \*\*([\d,]+)\*\* \| \*\*[\d.]+\*\* \| \*\*([\d.]+)", text)
+    b = number(r"\| \*\*all \d+\*\* \| \*\*baseline\*\* \| \*\*([\d,]+)\*\*", text)
+    p99 = number(r"\| \*\*all \d+\*\* \| \*\*wakeline\*\* \| \*\*[\d,]+\*\* \| \*\*[\d.]+\*\* \| \*\*([\d.]+)", text)
+    bp99 = number(r"\| \*\*all \d+\*\* \| \*\*baseline\*\* \| \*\*[\d,]+\*\* \| \*\*[\d.]+\*\* \| \*\*([\d.]+)", text)
+    rows.append(("ingest", "deliveries/s (16 connections), higher is better", f"{a:,.0f}", f"{b:,.0f}", f"{a / b:.2f}"))
+    rows.append(("ingest", "p99 ack latency, ms, lower is better", f"{p99:.1f}", f"{bp99:.1f}", f"{p99 / bp99:.2f}"))
+
+    text = run("turns.py", *(["--conversations", "1000", "--deliveries", "50"] if quick else []))
+    spawn = number(r"spawn baseline .*?p50 ([\d.]+) ms", text)
+    start = number(r"latency p50 ([\d.]+) ms", text)
+    start99 = number(r"latency p50 [\d.]+ ms, p99 ([\d.]+) ms", text)
+    rate = number(r"(\d+) turns/s \(spawn", text)
+    cpu = number(r"CPU per turn: serve ([\d.]+) ms", text)
+    rows.append(("turns", "webhook → agent start p50, ms (baseline: the spawn alone)", f"{start:.1f}",
+                 f"{spawn:.1f}", f"{start / spawn:.2f}"))
+    rows.append(("turns", "webhook → agent start p99, ms (target < 50)", f"{start99:.1f}", "—", "—"))
+    rows.append(("turns", "drain, turns/s (baseline: spawns/s of the agent alone)", f"{rate:.0f}",
+                 f"{1000 / spawn:.0f}", f"{rate * spawn / 1000:.2f}"))
+    rows.append(("turns", "service CPU per turn, ms (target ≤ 3)", f"{cpu:.1f}", "—", "—"))
+
+    text = run("sessions.py")
+    call = number(r"one call to the fake from Python takes (\d+) ms", text)
+    last = number(r"\| \d+ \| \d+ ms \| [\d.]+ s \| [\d.]+ s \| ([\d.]+) s", text)
+    rows.append(("sessions", "last of 50 acknowledgements, s (baseline: one call)", f"{last:.2f}",
+                 f"{call / 1000:.2f}", f"{last * 1000 / call:.1f}"))
+
+    text = run("inbox.py")
+    worst = max(float(m) for m in re.findall(r"\| (?:forward|after|before)[\w-]* \| [\d.]+ \| ([\d.]+) \|", text))
+    rows.append(("inbox", "worst read p99, ms (target < 20)", f"{worst:.1f}", "—", "—"))
+
+    text = run("journal.py")
+    actor = re.search(r"\(a\) actor, 5000 told\s*\|\s*([\d,.]+) ms .*?\|\s*([\d,.]+) ms .*?\|\s*([\d.]+)", text)
+    compact = number(r"\(c\) compact 2500 lines\s*\|\s*[\d.]+ ms\s*\|\s*([\d.]+) ms", text)
+    assert actor is not None
+    rows.append(("journal", "5,000 appends through the actor, ms (baseline: write+fsync each)",
+                 actor.group(2), actor.group(1), actor.group(3)))
+    rows.append(("journal", "compaction at 2,500 lines, ms", f"{compact:.1f}", "—", "—"))
+
+    print("| bench | figure | wakeline | baseline (same run) | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\nWhole outputs: {OUT}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
