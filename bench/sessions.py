@@ -107,8 +107,8 @@ def main() -> int:
     print("acknowledgement reached Linear after (s), in order:")
     print("  " + " ".join(f"{r:.2f}" for r in reached))
     worst = max(reached)
-    print(f"\n| sessions | latency | first ack | median ack | last ack | target (all ≤ 2 s) |")
-    print(f"|---|---|---|---|---|---|")
+    print("\n| sessions | latency | first ack | median ack | last ack | target (all ≤ 2 s) |")
+    print("|---|---|---|---|---|---|")
     print(f"| {args.sessions} | {args.latency_ms} ms | {reached[0]:.2f} s | {reached[len(reached) // 2]:.2f} s "
           f"| {worst:.2f} s | {'met' if worst <= 2 else 'missed'} |")
     return 0 if worst <= 2 else 1

@@ -160,7 +160,7 @@ projects = ["5b1d0c2e-7a4d-4f7e-9d1a-000000000001"]
     finally:
         child.send_signal(signal.SIGTERM)
         child.wait(timeout=60)
-    print(f"\n| minute | sent | RSS MB | threads | open files | db+wal MB | journal lines |")
+    print("\n| minute | sent | RSS MB | threads | open files | db+wal MB | journal lines |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['minute']} | {r['sent']} | {r['rss_mb']:.1f} | {r['threads']} | {r['fds']} | "

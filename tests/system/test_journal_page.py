@@ -55,7 +55,7 @@ def sign_in(driver: Any, token: str) -> None:
 
 
 def test_the_owner_follows_the_journal_live_and_markup_stays_text(
-        start_serve: Callable[..., Served], browser: Any) -> None:
+        start_serve: Callable[..., Served], browser: Any) -> None:  # noqa: F811 - the fixture
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as seen
     from selenium.webdriver.support.ui import WebDriverWait
