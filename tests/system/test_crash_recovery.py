@@ -176,24 +176,34 @@ def test_sigkill_five_times_loses_and_doubles_nothing(tmp_path: Path) -> None:
     sender.start()
     kills: list[str] = []
     try:
+        # Each restart must make progress before the next kill: a turn interrupted by five
+        # restarts in a row stalls by design (MAX_INTERRUPTED_ATTEMPTS), which is not this test.
+        def restart(moment: str) -> None:
+            server.kill9()
+            kills.append(moment)
+            before = _completed(server)
+            server.start()
+            wait_until(lambda: _completed(server) > before or done.is_set(), timeout=60,
+                       message="progress after a restart")
+
         # 1: during admission, while deliveries stream in.
         wait_until(lambda: len(acknowledged) >= rng.randint(10, 25), timeout=60)
-        server.kill9(); kills.append("admission"); server.start()
+        restart("admission")
         # 2: during a turn: an agent has just started.
         started = runs()
         wait_until(lambda: runs() > started, timeout=60)
-        server.kill9(); kills.append("turn"); server.start()
+        restart("turn")
         # 3: during journal compaction: the file is at its threshold.
         wait_until(lambda: _journal_lines(server) >= COMPACT_AT_LINES - 3 or done.is_set(), timeout=60)
-        server.kill9(); kills.append("compaction"); server.start()
+        restart("compaction")
         # 4: during finalisation: just after an agent ran, before its turn is recorded.
         started = runs()
         wait_until(lambda: runs() > started, timeout=60)
         done.wait(rng.uniform(0.15, 0.25))  # the agent sleeps 0.15 s: its turn ends about now
-        server.kill9(); kills.append("finalisation"); server.start()
+        restart("finalisation")
         # 5: at a random moment.
         done.wait(rng.uniform(0.1, 1.0))
-        server.kill9(); kills.append("random"); server.start()
+        restart("random")
         sender.join(timeout=120)
         assert done.is_set(), f"the sender did not finish: {failure!r}, refused {refusals[-5:]}"
         wait_until(lambda: _drained(server, len(work)), timeout=120, message="all work completed")
@@ -259,6 +269,14 @@ def _runs(log: Path) -> list[dict[str, Any]]:
 
 def _agent_runs(log: Path) -> int:
     return len(_runs(log))
+
+
+def _completed(server: Server) -> int:
+    db = sqlite3.connect(server.root / "state" / "wakeline.db", timeout=5)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM deliveries WHERE state = 'completed'").fetchone()[0])
+    finally:
+        db.close()
 
 
 def _drained(server: Server, expected: int) -> bool:
