@@ -89,6 +89,14 @@ def config(make_config: Callable[..., Config]) -> Config:
 
 
 @pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A real git repository in tmp_path, on `main` with one commit holding README.md."""
+    from tests.helpers import make_repo
+
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
 def secrets() -> Secrets:
     """Known test secrets."""
     return Secrets(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -38,3 +40,23 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run git in `cwd` the way a person would, failing the test on an error."""
+    done = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def make_repo(path: Path) -> Path:
+    """A real git repository at `path` on `main`, with one commit holding README.md."""
+    path.mkdir(parents=True)
+    git(path, "init", "--quiet", "-b", "main")
+    git(path, "config", "user.name", "Test")
+    git(path, "config", "user.email", "test@example.com")
+    git(path, "config", "commit.gpgsign", "false")
+    (path / "README.md").write_text("hello\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "--quiet", "-m", "first")
+    return path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,16 +19,6 @@ from wakeline.inbox import Inbox
 from wakeline.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.tokens import TokenRegistry
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "d@example.com"],
-                 ["config", "user.name", "D"], ["commit", "-q", "--allow-empty", "-m", "first"]):
-        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
-    return path
 
 
 def route(repo: str, **extra: Any) -> list[dict[str, Any]]:

@@ -13,17 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers import git
 from wakeline.errors import WorkspaceFailed
 from wakeline.workspaces import Placement, Retired, Workspaces, branch_name
 
 BRANCH = "eng-123-fix-the-thing"
-
-
-def git(cwd: Path, *args: str) -> str:
-    """Run git in `cwd` the way a person would, failing the test on an error."""
-    done = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def commit(cwd: Path, name: str, text: str, message: str) -> None:
@@ -36,19 +30,6 @@ def commit(cwd: Path, name: str, text: str, message: str) -> None:
 def has_branch(repo: Path, name: str) -> bool:
     """True when `repo` has a local branch `name`."""
     return bool(git(repo, "branch", "--list", name))
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A repository on `main` with one commit holding README.md."""
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "--quiet", "-b", "main")
-    git(path, "config", "user.name", "Test")
-    git(path, "config", "user.email", "test@example.com")
-    git(path, "config", "commit.gpgsign", "false")
-    commit(path, "README.md", "hello\n", "first")
-    return path
 
 
 @pytest.fixture

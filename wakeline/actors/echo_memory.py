@@ -42,7 +42,6 @@ class EchoMemory(pykka.ThreadingActor):
         self._store = store
         self._clock = clock
         self._wake = wake
-        self._in_flight: set[str] = set()
         self._last_prune: float | None = None
 
     def on_start(self) -> None:
@@ -60,13 +59,13 @@ class EchoMemory(pykka.ThreadingActor):
     # --- messages ----------------------------------------------------------------------------
 
     def intents(self, effect_ids: list[str]) -> None:
-        """A write carrying these intents is going on the wire."""
-        self._in_flight.update(effect_ids)
+        """A write carrying these intents is going on the wire (recorded durably already:
+        admission holds its candidates from the tables, so there is nothing to keep here)."""
+        log.debug("intents on the wire", extra={"effects": effect_ids})
 
     def settled(self, write: SettledWrite) -> None:
         """A write answered (any kind; only intents hold deliveries)."""
         if write.kind is EffectKind.MUTATION:
-            self._in_flight.discard(write.effect_id)
             self.resolve()
 
     def resolve(self) -> Resolution:
@@ -117,7 +116,3 @@ class EchoMemory(pykka.ThreadingActor):
                 return
             if gone:
                 log.info("echo memory pruned", extra={"rows": gone})
-
-    def in_flight(self) -> int:
-        """Intents on the wire right now."""
-        return len(self._in_flight)

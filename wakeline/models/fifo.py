@@ -625,9 +625,3 @@ class Fifo:
             (m.surfaced == False) & (m.wakes == True)  # noqa: E712
         ).exists()
 
-    def has_pending(self, conversation_id: str) -> bool:
-        """True when the conversation's oldest waiting delivery is pending (not held)."""
-        d = self._t.deliveries
-        first = d.select(d.state).where(
-            (d.conversation_id == conversation_id) & d.state.in_(_WAITING)).order_by(d.id).first()
-        return first is not None and first.state == DeliveryState.PENDING

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,7 +15,7 @@ import pytest
 
 from tests.conftest import comment_event, issue_event
 from tests.fakes.linear import FakeLinear
-from tests.helpers import wait_until
+from tests.helpers import git, wait_until
 
 P, Q = "project-p", "project-q"
 
@@ -177,24 +176,6 @@ def test_terminal_during_a_running_turn_retires_it_and_a_later_comment_runs_noth
 
 
 # --- worktrees ------------------------------------------------------------------------------------
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "dev@example.com")
-    git(path, "config", "user.name", "Dev")
-    (path / "README.md").write_text("hello\n")
-    git(path, "add", "README.md")
-    git(path, "commit", "-q", "-m", "first")
-    return path
 
 
 def test_each_issue_works_in_its_own_worktree_removed_clean_at_the_end(
