@@ -1,10 +1,12 @@
-"""ConversationActor: runs one conversation's turns, one at a time.
+"""ConversationActor: a turn slot that runs one conversation's turns, one at a time.
 
-The actor never blocks its mailbox on an agent: the child runs on a
-`TurnProcess` thread that tells the actor when it ends, so stop, reset and
-wake messages are handled while a turn runs. The actor holds one of the
-supervisor's turn slots from the moment it is started until it reports
-`turn_ended`; the supervisor decides whether it runs again.
+The supervisor starts `max_concurrent_turns` of these once and binds each, by
+`serve`, to the conversation it runs next: a turn costs no thread, no actor and
+no store connection of its own. The actor never blocks its mailbox on an agent:
+the child runs on a `TurnProcess` thread that tells the actor when it ends, so
+stop, reset and wake messages are handled while a turn runs. A slot stays bound
+from `serve` until it reports `turn_ended`; the supervisor then decides whether
+it runs that conversation again or serves another.
 """
 
 from __future__ import annotations
@@ -154,19 +156,20 @@ class _Running:
 
 
 class ConversationActor(pykka.ThreadingActor):
-    """Serialises the turns of one conversation."""
+    """A turn slot: serialises the turns of the conversation it is bound to."""
 
-    def __init__(self, conversation_id: str, env: TurnEnv, supervisor: Any) -> None:
+    def __init__(self, env: TurnEnv, supervisor: Any, slot: int = 0) -> None:
         super().__init__()
-        self.conversation_id = conversation_id
+        self.conversation_id = ""  # bound by `serve`
+        self.slot = slot
         self._env = env
         self._supervisor = supervisor
         self._running: _Running | None = None
         self._me: Any = None
 
     def on_start(self) -> None:
-        """Name the thread after the conversation for logs and dumps."""
-        threading.current_thread().name = f"conversation-{self.conversation_id}"
+        """Make the proxy and set up this thread's store connection, once for every turn."""
+        threading.current_thread().name = f"turn-slot-{self.slot}"
         self._me = self.actor_ref.proxy()
         self._env.store.relax_durability()  # claims and finalisation: see the Store's note
 
@@ -186,6 +189,13 @@ class ConversationActor(pykka.ThreadingActor):
         self.on_stop()
 
     # --- messages ----------------------------------------------------------------------------
+
+    def serve(self, conversation_id: str) -> None:
+        """Bind this idle slot to a conversation and run its next turn."""
+        assert self._running is None, "a slot is rebound only once its turn has ended"
+        self.conversation_id = conversation_id
+        threading.current_thread().name = f"turn-slot-{self.slot}-{conversation_id}"
+        self.run_next()
 
     def run_next(self) -> None:
         """Claim (or resume) a turn and start it; report `turn_ended` when there is none."""

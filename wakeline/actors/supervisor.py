@@ -1,10 +1,11 @@
 """Supervisor: which conversations have live actors, and how many turns run at once.
 
-A conversation is a row in the store, not a thread: only conversations that
-hold one of the `max_concurrent_turns` slots have a live ConversationActor.
-Others with work wait in a FIFO queue, so 10,000 busy conversations cost
-10,000 queue entries, not 10,000 threads. A conversation that finishes a turn
-keeps its slot only while nobody else is waiting.
+A conversation is a row in the store, not a thread: the supervisor starts
+`max_concurrent_turns` turn slots (ConversationActors) once, and binds a free
+one to each conversation it runs. Others with work wait in a FIFO queue, so
+10,000 busy conversations cost 10,000 queue entries, not 10,000 threads. A
+conversation that finishes a turn keeps its slot only while nobody else is
+waiting; then the slot serves the next one.
 
 It also retires worktrees: a terminal or reset conversation owes its workspace
 a cleanup, done on a small janitor thread once no actor of it is live (a
@@ -40,8 +41,10 @@ class Supervisor(pykka.ThreadingActor):
     def __init__(self, env: TurnEnv, max_concurrent_turns: int) -> None:
         super().__init__()
         self._env = env
-        self._slots = max_concurrent_turns
-        self._live: dict[str, Any] = {}  # conversation id -> its actor's proxy (made once: costly)
+        self._slot_count = max_concurrent_turns
+        self._live: dict[str, Any] = {}  # conversation id -> the slot bound to it
+        self._free: list[Any] = []  # idle slots' proxies (made once: a proxy is costly)
+        self._slots: list[Any] = []
         self._me: Any = None
         self._ready: deque[str] = deque()
         self._queued: set[str] = set()
@@ -54,12 +57,16 @@ class Supervisor(pykka.ThreadingActor):
         threading.current_thread().name = "supervisor"
         self._me = self.actor_ref.proxy()
         self._janitor = ThreadPoolExecutor(1, thread_name_prefix="workspaces")
+        self._slots = [ConversationActor.start(self._env, self._me, n).proxy()
+                       for n in range(self._slot_count)]
+        self._free = list(reversed(self._slots))
 
     def on_stop(self) -> None:
-        """Stop every conversation actor (their children get SIGTERM) and the janitor."""
-        for live in self._live.values():
-            live.actor_ref.stop(block=False)
+        """Stop every turn slot (running children get SIGTERM) and the janitor."""
+        for slot in self._slots:
+            slot.actor_ref.stop(block=False)
         self._live.clear()
+        self._free.clear()
         if self._janitor is not None:
             self._janitor.shutdown(wait=True, cancel_futures=True)
         self._env.store.close()
@@ -114,7 +121,7 @@ class Supervisor(pykka.ThreadingActor):
             live.run_next()
             return
         del self._live[conversation_id]
-        live.actor_ref.stop(block=False)
+        self._free.append(live)
         if runnable and conversation_id not in self._queued:
             self._queued.add(conversation_id)
             self._ready.append(conversation_id)
@@ -212,10 +219,10 @@ class Supervisor(pykka.ThreadingActor):
             pass  # stopping: the next start retires it again if it is still owed
 
     def _fill(self) -> None:
-        while self._ready and len(self._live) < self._slots:
+        while self._ready and self._free:
             cid = self._ready.popleft()
             self._queued.discard(cid)
             if cid in self._live:
                 continue
-            live = self._live[cid] = ConversationActor.start(cid, self._env, self._me).proxy()
-            live.run_next()
+            slot = self._live[cid] = self._free.pop()
+            slot.serve(cid)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from peewee import SqliteDatabase, fn
 
@@ -113,32 +114,48 @@ class Store:
 
     # --- reads ---------------------------------------------------------------------------
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one committed state: a deferred read transaction, which takes
+        no writer lock. Without it each read sees the latest commit, so a view could show
+        a turn's result beside the turn still running."""
+        conn = self.db.connection()
+        if conn.in_transaction:  # already inside one: it is the snapshot
+            yield
+            return
+        conn.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
+
     def counts(self) -> Counts:
         """Counters for the status page."""
-        d = self.t.deliveries
-        by_state = dict(
-            d.select(d.state, fn.COUNT(d.id)).where(d.state != DeliveryState.COMPLETED.value)
-            .group_by(d.state).tuples()
-        )
-        tt = self.t.turns
-        turns = dict(tt.select(tt.state, fn.COUNT(tt.id)).group_by(tt.state).tuples())
-        c = self.t.conversations
-        outcomes = dict(c.select(c.outcome, fn.COUNT(c.id)).where(c.terminal == True)  # noqa: E712
-                        .group_by(c.outcome).tuples())
-        return Counts(
-            conversations=c.select().count(),
-            running=turns.get(TurnState.RUNNING.value, 0) + turns.get(TurnState.RETRY.value, 0),
-            stalled=turns.get(TurnState.STALLED.value, 0),
-            terminal=sum(outcomes.values()),
-            completed=outcomes.get(TerminalOutcome.COMPLETED.value, 0),
-            canceled=outcomes.get(TerminalOutcome.CANCELED.value, 0),
-            waiting_ownership=c.select().where((c.ownership == Ownership.PENDING.value)
-                                               & (c.terminal == False)).count(),  # noqa: E712
-            fifo_pending=by_state.get(DeliveryState.PENDING.value, 0),
-            fifo_claimed=by_state.get(DeliveryState.CLAIMED.value, 0),
-            fifo_held=by_state.get(DeliveryState.HELD.value, 0),
-            inbox_unread=self.inbox.unread_count(),
-        )
+        with self.snapshot():
+            d = self.t.deliveries
+            by_state = dict(
+                d.select(d.state, fn.COUNT(d.id)).where(d.state != DeliveryState.COMPLETED.value)
+                .group_by(d.state).tuples()
+            )
+            tt = self.t.turns
+            turns = dict(tt.select(tt.state, fn.COUNT(tt.id)).group_by(tt.state).tuples())
+            c = self.t.conversations
+            outcomes = dict(c.select(c.outcome, fn.COUNT(c.id)).where(c.terminal == True)  # noqa: E712
+                            .group_by(c.outcome).tuples())
+            return Counts(
+                conversations=c.select().count(),
+                running=turns.get(TurnState.RUNNING.value, 0) + turns.get(TurnState.RETRY.value, 0),
+                stalled=turns.get(TurnState.STALLED.value, 0),
+                terminal=sum(outcomes.values()),
+                completed=outcomes.get(TerminalOutcome.COMPLETED.value, 0),
+                canceled=outcomes.get(TerminalOutcome.CANCELED.value, 0),
+                waiting_ownership=c.select().where((c.ownership == Ownership.PENDING.value)
+                                                   & (c.terminal == False)).count(),  # noqa: E712
+                fifo_pending=by_state.get(DeliveryState.PENDING.value, 0),
+                fifo_claimed=by_state.get(DeliveryState.CLAIMED.value, 0),
+                fifo_held=by_state.get(DeliveryState.HELD.value, 0),
+                inbox_unread=self.inbox.unread_count(),
+            )
 
     def conversation_exists(self, conversation_id: str) -> bool:
         """True when the conversation id is known."""

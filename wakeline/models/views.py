@@ -47,6 +47,11 @@ def _result(row: Any) -> dict[str, Any]:
 
 def list_conversations(store: Store, *, limit: int, state: str | None = None) -> list[dict[str, Any]]:
     """Conversations, most recently updated first, with counts and their last turn."""
+    with store.snapshot():
+        return _list_conversations(store, limit, state)
+
+
+def _list_conversations(store: Store, limit: int, state: str | None) -> list[dict[str, Any]]:
     t = store.t
     convs = list(t.conversations.select().order_by(t.conversations.updated_at.desc(),
                                                   t.conversations.id))
@@ -122,6 +127,11 @@ def _last_results(store: Store, ids: list[str]) -> dict[str, dict[str, Any]]:
 
 def show_conversation(store: Store, conversation_id: str) -> dict[str, Any] | None:
     """One conversation with its FIFO (unfinished, then the latest completed) and last turns."""
+    with store.snapshot():
+        return _show_conversation(store, conversation_id)
+
+
+def _show_conversation(store: Store, conversation_id: str) -> dict[str, Any] | None:
     t = store.t
     conv = t.conversations.get_or_none(t.conversations.id == conversation_id)
     if conv is None:
