@@ -44,6 +44,9 @@ from wakeline.tokens import TokenRegistry
 from wakeline.workspaces import Workspaces
 
 TICK_SECONDS = 0.5
+# The journal shares one fsync among the notes of this long (real seconds): a few per turn
+# at hundreds of turns a second would otherwise cost an fsync each.
+JOURNAL_GROUP_WINDOW_SECONDS = 0.02
 _LIFECYCLE_TEXT = {
     "terminal": "The issue was closed: the conversation ends {}.",
     "reopened": "The issue was reopened{}.",
@@ -173,7 +176,8 @@ def build_service(
     inbox = Inbox(store)
     router = Router(config)
     journal_file = JournalFile(config.journal_path, clock, secrets.values())
-    journal = Journal.start(journal_file, metrics.journal_failed).proxy()
+    journal = Journal.start(journal_file, metrics.journal_failed,
+                            group_window=JOURNAL_GROUP_WINDOW_SECONDS).proxy()
     recorder = Recorder(journal, lambda: to_ms(clock.now()), owner_user_ids=config.linear.owner_user_ids,
                         owner_emails=config.linear.owner_emails)
     operator_url: list[str] = []

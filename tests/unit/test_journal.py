@@ -16,6 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.conftest import LINEAR_KEY, now_ms
+from tests.helpers import wait_until
 from wakeline.actors.journal import Journal
 from wakeline.clock import SystemClock
 from wakeline.journal import (
@@ -571,6 +572,24 @@ def test_actor_group_commits_many_tells_in_order(
     assert seqs(entries) == list(range(1, 501))
     assert sum(file.batches) == 500 and len(file.batches) <= 2
     assert file.threads == {"journal"}
+
+
+def test_actor_shares_one_fsync_among_the_notes_of_its_group_window(
+        tmp_path: Path, clock: SystemClock, frozen: Any) -> None:
+    """Notes told one by one while the window runs land in one batch, in order, unasked."""
+    file = CountingFile(tmp_path / "journal", clock)
+    proxy = Journal.start(file, group_window=0.5).proxy()
+    try:
+        for i in range(1, 6):
+            proxy.record(note(i))
+        wait_until(lambda: len(file.page().entries) == 5, message="the window's batch")
+        assert file.batches == [5]
+        assert seqs(file.page().entries) == [1, 2, 3, 4, 5]
+        proxy.record(note(6))  # a later note opens a window of its own
+        wait_until(lambda: len(file.page().entries) == 6, message="the next batch")
+        assert file.batches == [5, 1]
+    finally:
+        proxy.actor_ref.stop()
 
 
 def test_actor_keeps_accepting_when_the_journal_cannot_open(

@@ -31,7 +31,6 @@ from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
 from wakeline.prompts import prompt_for
 from wakeline.providers.linear import replies
-from wakeline.secrets import write_private
 from wakeline.tokens import Lane, TokenRegistry
 from wakeline.workspaces import Workspaces
 
@@ -139,7 +138,7 @@ class TurnEnv:
 
     @property
     def prompts(self) -> Path:
-        """Where prompt files wait for their child to read them."""
+        """Where a prompt's file goes on a platform without memfd (see `prompt_stdin`)."""
         return self.config.state_path / "turns"
 
 
@@ -352,8 +351,7 @@ class ConversationActor(pykka.ThreadingActor):
 
     def _start(self, turn: ClaimedTurn) -> None:
         env = self._env
-        prompt_file = env.prompts / f"{turn.turn_id}.{turn.attempt}.prompt"
-        write_private(prompt_file, prompt_for(turn, env.secret_values))
+        prompt = prompt_for(turn, env.secret_values)
         # Issued last: nothing below can fail, so a token never outlives a turn that did not start.
         lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
         token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
@@ -370,7 +368,8 @@ class ConversationActor(pykka.ThreadingActor):
                 "WAKELINE_ISSUE_ID": turn.issue_id or "",
                 "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",
             }),
-            prompt_file=prompt_file,
+            prompt=prompt,
+            prompt_dir=env.prompts,
             before_start=lambda: env.await_replies(turn.conversation_id),
             cpus=env.agent_cpus,
             prepare=lambda: env.prepare_workspace(turn),

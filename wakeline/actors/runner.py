@@ -1,7 +1,9 @@
 """The turn runner: one agent child process, watched from a runner thread.
 
 The child runs in its own process group (so stop reaches everything it
-started), reads the prompt from a file on stdin, and has its stdout and stderr
+started), reads the prompt on stdin from an anonymous in-memory file (a memfd,
+so the prompt never touches the disk; an owner-only file in the state dir,
+unlinked at once, where the platform has none), and has its stdout and stderr
 read with fixed bounds: a flood costs CPU, never memory. When the child exits
 the runner calls `on_exit` with a `RunOutcome`; it never decides what the
 outcome means. Runner threads come from a fixed pool (one per turn slot), so a
@@ -17,12 +19,14 @@ import signal
 import subprocess
 import threading
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import BinaryIO, Callable, Iterator, Mapping
 
 from wakeline.cpus import spawning_on
 from wakeline.errors import WakelineError
+from wakeline.secrets import write_private
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,8 @@ class TurnSpec:
     argv: tuple[str, ...]
     cwd: Path
     env: Mapping[str, str]
-    prompt_file: Path
+    prompt: str
+    prompt_dir: Path  # where the prompt's file goes on a platform without memfd
     before_start: Callable[[], None] | None = None
     cpus: frozenset[int] | None = None  # the CPUs the agent may use; None: this thread's
     # Makes the workspace ready (a directory, or a git worktree) and returns it; runs on the
@@ -80,6 +85,23 @@ class _Capture:
         room = self.limit - len(self.data)
         self.data += chunk[:room]
         self.dropped += max(len(chunk) - room, 0)
+
+
+@contextmanager
+def prompt_stdin(spec: TurnSpec) -> Iterator[BinaryIO]:
+    """The prompt as a readable file at offset 0, for the child's stdin; closed after."""
+    data = spec.prompt.encode("utf-8")
+    if hasattr(os, "memfd_create"):
+        fh = os.fdopen(os.memfd_create("wakeline-prompt", os.MFD_CLOEXEC), "w+b")
+    else:
+        path = spec.prompt_dir / f"{spec.turn_id}.prompt"
+        write_private(path, "")
+        fh = open(path, "w+b")
+        path.unlink()  # the open file is the child's alone
+    with fh:
+        fh.write(data)
+        fh.seek(0)
+        yield fh
 
 
 class TurnProcess:
@@ -150,10 +172,9 @@ class TurnProcess:
             if spec.prepare is not None and cancelled is None:
                 cwd = spec.prepare()
         except WakelineError as exc:
-            spec.prompt_file.unlink(missing_ok=True)
             return RunOutcome(exit_code=None, spawn_error=f"{exc.code}: {exc.detail or exc.code}")
         try:
-            with self._lock, open(spec.prompt_file, "rb") as stdin, spawning_on(spec.cpus):
+            with self._lock, prompt_stdin(spec) as stdin, spawning_on(spec.cpus):
                 if self._cancelled is not None:
                     return RunOutcome(exit_code=-self._cancelled)
                 self._proc = subprocess.Popen(
@@ -168,8 +189,6 @@ class TurnProcess:
                 )
         except OSError as exc:
             return RunOutcome(exit_code=None, spawn_error=f"{exc.__class__.__name__}: {exc.strerror or exc}")
-        finally:
-            spec.prompt_file.unlink(missing_ok=True)
         out = _Capture(STDOUT_MAX_BYTES)
         err = _Capture(STDERR_TAIL_BYTES, keep_tail=True)
         self._pump(self._proc, out, err)
