@@ -215,31 +215,31 @@ def build_service(
     tracker = Tracker.start(store, client, clock, config.linear.max_concurrent_requests,
                             owner_of=owner_of,
                             ownership_backoff_seconds=ownership_backoff_seconds).proxy()
-    turn_env.kick_tracker = lambda: tracker.kick()
+    turn_env.kick_tracker = lambda: tracker.kick.defer()
     tracker.subscribe(turn_env.settled.notify)
     supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
     def ownership_settled(conversation_id: str, owned: bool) -> None:
-        supervisor.wake([conversation_id])
+        supervisor.wake.defer([conversation_id])
         recorder.lifecycle(conversation_id, "owned" if owned else "not_owned",
                            "Linear says the route owns this issue." if owned else
                            "Linear says this issue is not in the route's projects: no turn.",
                            source=f"{conversation_id}:lookup")
 
     tracker.subscribe_ownership(ownership_settled)
-    echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake(ids)).proxy()
-    tracker.subscribe_intents(lambda ids: echo_memory.intents(ids))
-    tracker.subscribe(lambda write: echo_memory.settled(write))
+    echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids)).proxy()
+    tracker.subscribe_intents(lambda ids: echo_memory.intents.defer(ids))
+    tracker.subscribe(lambda write: echo_memory.settled.defer(write))
     tracker.subscribe(lambda w: recorder.outbound(w.effect_id, w.kind.value, w.target, w.state.value))
 
     def admitted(admitted: list[tuple[Any, Any]]) -> None:
         results = [r for _, r in admitted]
         woke = [cid for r in results for cid in r.wake_ids]
         if woke:
-            supervisor.wake(woke)
+            supervisor.wake.defer(woke)
         if any(r.effects or r.wake_ids for r in results):
-            tracker.kick()  # lifecycle changes (a closure, a stop) may have prepared answers too
+            tracker.kick.defer()  # lifecycle changes (a closure, a stop) may have prepared answers too
         if any(r.lookup_ids for r in results):
-            tracker.check_ownership()  # off the ingress path: the tracker asks Linear
+            tracker.check_ownership.defer()  # off the ingress path: the tracker asks Linear
         for plan, r in admitted:
             record_admission(plan, r)
 
@@ -288,14 +288,14 @@ def build_service(
     ticks = [0]
 
     def tick() -> None:
-        supervisor.tick()
-        tracker.kick()
+        supervisor.tick.defer()
+        tracker.kick.defer()
         ticks[0] += 1
         if ticks[0] % OWNERSHIP_EVERY_TICKS == 0:
-            tracker.check_ownership()
+            tracker.check_ownership.defer()
         if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
-            echo_memory.sweep()
-            journal.maintain()
+            echo_memory.sweep.defer()
+            journal.maintain.defer()
 
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,

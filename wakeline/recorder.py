@@ -42,7 +42,7 @@ class Recorder:
         if self._journal is None:
             return
         try:
-            self._journal.record(note)
+            self._journal.record.defer(note)
         except Exception:  # a stopped journal must not stop what it records
             log.warning("journal note not recorded", extra={"kind": note.kind}, exc_info=True)
 

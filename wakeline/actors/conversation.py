@@ -184,8 +184,8 @@ class ConversationActor(pykka.ThreadingActor):
         self._env.store.close()
 
     def on_failure(self, *args: Any) -> None:
-        """A crash of the actor leaves the durable turn to the next recovery."""
-        self.on_stop()
+        """A message that raised (pykka has logged it): the slot and its turn go on; what the
+        store did not record, recovery repairs at the next start."""
 
     # --- messages ----------------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ class ConversationActor(pykka.ThreadingActor):
             log.exception("claim failed", extra={"conversation_id": self.conversation_id})
             turn = None
         if turn is None:
-            self._supervisor.turn_ended(self.conversation_id)
+            self._supervisor.turn_ended.defer(self.conversation_id)
             return
         try:
             self._start(turn)
@@ -220,7 +220,7 @@ class ConversationActor(pykka.ThreadingActor):
             self._env.store.fifo.fail(turn.turn_id, f"could not start: {exc.__class__.__name__}", now,
                                       self._env.backoff_seconds,
                                       replies.stalled(turn, turn.attempt, exc.__class__.__name__))
-            self._supervisor.turn_ended(self.conversation_id)
+            self._supervisor.turn_ended.defer(self.conversation_id)
 
     def wake(self) -> None:
         """New work arrived, or the conversation changed: stop a turn that no longer exists
@@ -287,7 +287,7 @@ class ConversationActor(pykka.ThreadingActor):
         except Exception:
             # The turn record survives: recovery re-runs it. Never lose it silently.
             log.exception("finalising failed", extra={"turn_id": turn_id})
-        self._supervisor.turn_ended(self.conversation_id)
+        self._supervisor.turn_ended.defer(self.conversation_id)
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -378,7 +378,7 @@ class ConversationActor(pykka.ThreadingActor):
 
         def on_exit(outcome: RunOutcome) -> None:
             try:
-                me.runner_finished(turn.turn_id, outcome)
+                me.runner_finished.defer(turn.turn_id, outcome)
             except pykka.ActorDeadError:
                 pass  # shutting down: the turn record stays for recovery
 

@@ -61,14 +61,14 @@ class Journal(pykka.ThreadingActor):
         self._buffer.append(note)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._self.group_flush()
+            self._self.group_flush.defer()
 
     def group_flush(self) -> None:
         """The scheduled flush: after the group window (once), behind what came meanwhile."""
         if self._window > 0 and not self._window_passed:
             self._window_passed = True
             time.sleep(self._window)
-            self._self.group_flush()
+            self._self.group_flush.defer()
             return
         self.flush()
 

@@ -88,7 +88,7 @@ class Supervisor(pykka.ThreadingActor):
         for cid in conversation_ids:
             live = self._live.get(cid)
             if live is not None:
-                live.wake()
+                live.wake.defer()
             elif cid not in self._queued:
                 self._queued.add(cid)
                 self._ready.append(cid)
@@ -109,7 +109,7 @@ class Supervisor(pykka.ThreadingActor):
         if self._ticks % SWEEP_EVERY_TICKS == 0:
             self._retire_workspaces()
         for live in self._live.values():
-            live.tick()
+            live.tick.defer()
 
     def turn_ended(self, conversation_id: str) -> None:
         """A live actor has nothing running: run it again, queue it behind others, or stop it."""
@@ -118,7 +118,7 @@ class Supervisor(pykka.ThreadingActor):
             return
         runnable, cleanup_owed = self._next_step(conversation_id)
         if runnable and not self._ready:
-            live.run_next()
+            live.run_next.defer()
             return
         del self._live[conversation_id]
         self._free.append(live)
@@ -225,4 +225,4 @@ class Supervisor(pykka.ThreadingActor):
             if cid in self._live:
                 continue
             slot = self._live[cid] = self._free.pop()
-            slot.serve(cid)
+            slot.serve.defer(cid)

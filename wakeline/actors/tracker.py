@@ -261,7 +261,7 @@ class Tracker(pykka.ThreadingActor):
         except Exception:
             log.exception("recording a write's outcome failed", extra={"effect_id": effect.id})
         try:
-            self._me.settled(write, effect.id)
+            self._me.settled.defer(write, effect.id)
         except pykka.ActorDeadError:
             pass  # stopping: nobody is left to tell
 
@@ -314,7 +314,7 @@ class Tracker(pykka.ThreadingActor):
             log.warning("linear write not confirmed", extra={"effects": intents, "state": state})
         for write in writes:
             try:
-                self._me.settled(write, write.effect_id)
+                self._me.settled.defer(write, write.effect_id)
             except pykka.ActorDeadError:
                 pass
 
