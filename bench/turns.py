@@ -226,8 +226,33 @@ def _on_sigterm(signum: int, frame: object) -> None:
 # --- /proc sampler ----------------------------------------------------------------------------
 
 
+def forkserver_of(pid: int) -> int | None:
+    """The pid of serve's fork server (its child running wakeline/forkserver.py), if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            if ppid == pid and b"forkserver.py" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(own user+system, reaped children's user+system) of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
 class Sampler:
-    """Samples Threads and VmRSS of one pid every `interval` seconds until stopped."""
+    """Samples Threads and VmRSS of serve every `interval` seconds until stopped.
+
+    Serve's CPU includes its fork server's own CPU (the helper that starts the agents);
+    the agents' CPU is what both have reaped. Peak RSS is serve's plus the helper's.
+    """
 
     def __init__(self, pid: int, interval: float = 0.025) -> None:
         self.pid = pid
@@ -237,12 +262,13 @@ class Sampler:
         self.hwm_kb = 0
         self.samples = 0
         self.cpu_s = self.children_cpu_s = 0.0
+        self.helper: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
-    def _read(self) -> dict[str, int] | None:
+    def _read(self, pid: int | None = None) -> dict[str, int] | None:
         try:
-            text = Path(f"/proc/{self.pid}/status").read_text()
+            text = Path(f"/proc/{pid or self.pid}/status").read_text()
         except OSError:
             return None
         out = {}
@@ -250,6 +276,13 @@ class Sampler:
             key, _, value = line.partition(":")
             if key in ("Threads", "VmRSS", "VmHWM"):
                 out[key] = int(value.split()[0])
+        if pid is None:
+            if self.helper is None:
+                self.helper = forkserver_of(self.pid)
+            helper = self._read(self.helper) if self.helper else None
+            if helper:
+                out["VmRSS"] = out.get("VmRSS", 0) + helper.get("VmRSS", 0)
+                out["VmHWM"] = out.get("VmHWM", 0) + helper.get("VmHWM", 0)
         return out
 
     def _run(self) -> None:
@@ -269,11 +302,12 @@ class Sampler:
         s = self._read()
         if s is not None:
             self.hwm_kb = max(self.hwm_kb, s.get("VmHWM", 0))
-        try:  # utime stime cutime cstime: the serve process, and its reaped agents
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-            tick = os.sysconf("SC_CLK_TCK")
-            self.cpu_s = (int(fields[11]) + int(fields[12])) / tick
-            self.children_cpu_s = (int(fields[13]) + int(fields[14])) / tick
+        try:  # serve and its fork server, and the agents they reaped
+            own, children = cpu_times(self.pid)
+            if self.helper is not None:
+                helper_own, helper_children = cpu_times(self.helper)
+                own, children = own + helper_own, children + helper_children
+            self.cpu_s, self.children_cpu_s = own, children
         except (OSError, IndexError, ValueError):
             pass
         self._stop.set()

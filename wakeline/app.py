@@ -26,6 +26,7 @@ from wakeline.clock import Clock, SystemClock, to_ms
 from wakeline.config import Config
 from wakeline.cpus import pin_to_one_cpu
 from wakeline.errors import ConfigError
+from wakeline.forkserver import ForkServer
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
 from wakeline.http.server import Listener
@@ -112,7 +113,8 @@ class Service:
     stopped: bool = False
 
     def start(self) -> None:
-        """Recover the FIFO, then start the writer, both listeners and the ticker."""
+        """Start the fork server, recover the FIFO, then the writer, both listeners and the ticker."""
+        self.turn_env.forkserver.start()
         self.supervisor.recover().get()
         self.writer.start()
         self.ingress.start()
@@ -143,6 +145,7 @@ class Service:
                 ref.stop()
         self.journal.actor_ref.stop()
         pykka.ActorRegistry.stop_all()  # anything started meanwhile
+        self.turn_env.forkserver.stop()  # after the slots: their agents had their grace period
         if self.turn_env.runners is not None:
             self.turn_env.runners.shutdown(wait=False, cancel_futures=True)
         self.store.close()
@@ -190,7 +193,8 @@ def build_service(
         api_url=lambda: operator_url[0],
         base_env=dict(os.environ if base_env is None else base_env),
         workspaces=workspaces_of(config),
-        agent_cpus=agent_cpus,
+        # Agents start in the fork server, which keeps every CPU the service was given.
+        forkserver=ForkServer(agent_cpus),
         # One runner per turn slot: a slot is freed only once its runner has finished.
         runners=ThreadPoolExecutor(config.agent.max_concurrent_turns,
                                    thread_name_prefix="turn-runner"),

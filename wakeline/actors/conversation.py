@@ -26,6 +26,7 @@ import pykka
 from wakeline.clock import Clock, to_ms
 from wakeline.config import Config, RouteConfig
 from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec
+from wakeline.forkserver import ForkServer
 from wakeline.models.fifo import ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
@@ -54,22 +55,32 @@ class SettledSignal:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
+        self._settled = 0  # how many notifications so far: a wake between check and wait counts
 
     def notify(self, *_: Any) -> None:
         """Something settled: waiters re-check."""
         with self._cond:
+            self._settled += 1
             self._cond.notify_all()
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Wait until `predicate` holds or `timeout` (real seconds) passes; re-check every 0.1 s."""
+        """Wait until `predicate` holds or `timeout` (real seconds) passes; re-check every 0.1 s.
+
+        A notification that comes while `predicate` runs is not lost: the wait after it
+        returns at once instead of sleeping out the re-check interval.
+        """
         deadline = time.monotonic() + timeout
-        while not predicate():
+        while True:
+            with self._cond:
+                seen = self._settled
+            if predicate():
+                return True
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             with self._cond:
-                self._cond.wait(min(left, 0.1))
-        return True
+                if self._settled == seen:
+                    self._cond.wait(min(left, 0.1))
 
 
 @dataclass
@@ -84,6 +95,7 @@ class TurnEnv:
     api_url: Callable[[], str]
     base_env: Mapping[str, str]
     workspaces: Workspaces
+    forkserver: ForkServer  # starts every agent: the service never forks itself
     backoff_seconds: Sequence[int] = (5, 30, 120, 600)
     kill_grace_seconds: float = 10.0
     on_started: list[Callable[[ClaimedTurn], None]] = field(default_factory=list)
@@ -95,7 +107,6 @@ class TurnEnv:
     kick_tracker: Callable[[], None] = lambda: None
     settled: SettledSignal = field(default_factory=SettledSignal)
     ack_wait_seconds: float = 10.0
-    agent_cpus: frozenset[int] | None = None  # set when the service's own threads share one CPU
     runners: Executor | None = None  # the runner threads' pool (one per turn slot)
 
     def await_replies(self, conversation_id: str) -> None:
@@ -371,7 +382,6 @@ class ConversationActor(pykka.ThreadingActor):
             prompt=prompt,
             prompt_dir=env.prompts,
             before_start=lambda: env.await_replies(turn.conversation_id),
-            cpus=env.agent_cpus,
             prepare=lambda: env.prepare_workspace(turn),
         )
         me = self._me
@@ -382,7 +392,7 @@ class ConversationActor(pykka.ThreadingActor):
             except pykka.ActorDeadError:
                 pass  # shutting down: the turn record stays for recovery
 
-        process = TurnProcess(spec, on_exit, env.runners)
+        process = TurnProcess(spec, on_exit, env.forkserver, env.runners)
         self._running = _Running(turn, process, token, env.clock.monotonic())
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})

@@ -1,7 +1,8 @@
 """The turn runner: one agent child process, watched from a runner thread.
 
-The child runs in its own process group (so stop reaches everything it
-started), reads the prompt on stdin from an anonymous in-memory file (a memfd,
+The fork server starts the child (the service never forks itself; see
+`wakeline/forkserver.py`). The child runs in its own process group (so stop
+reaches everything it started), reads the prompt on stdin from an anonymous in-memory file (a memfd,
 so the prompt never touches the disk; an owner-only file in the state dir,
 unlinked at once, where the platform has none), and has its stdout and stderr
 read with fixed bounds: a flood costs CPU, never memory. When the child exits
@@ -16,7 +17,6 @@ import logging
 import os
 import selectors
 import signal
-import subprocess
 import threading
 from concurrent.futures import Executor
 from contextlib import contextmanager
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
-from wakeline.cpus import spawning_on
 from wakeline.errors import WakelineError
+from wakeline.forkserver import ForkServer, SpawnFailed
 from wakeline.secrets import write_private
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,6 @@ class TurnSpec:
     prompt: str
     prompt_dir: Path  # where the prompt's file goes on a platform without memfd
     before_start: Callable[[], None] | None = None
-    cpus: frozenset[int] | None = None  # the CPUs the agent may use; None: this thread's
     # Makes the workspace ready (a directory, or a git worktree) and returns it; runs on the
     # runner thread after `before_start`, so a slow git never blocks the actor.
     prepare: Callable[[], Path] | None = None
@@ -108,11 +107,13 @@ class TurnProcess:
     """Runs one agent process on a runner thread of `pool` and reports its outcome once."""
 
     def __init__(self, spec: TurnSpec, on_exit: Callable[[RunOutcome], None],
-                 pool: Executor | None = None) -> None:
+                 forkserver: ForkServer, pool: Executor | None = None) -> None:
         self.spec = spec
         self._on_exit = on_exit
+        self._forkserver = forkserver
         self._pool = pool
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+        self._exited = False
         self._lock = threading.Lock()
         self._cancelled: int | None = None
         self._done = threading.Event()
@@ -131,10 +132,12 @@ class TurnProcess:
         settle) the signal cancels the start instead: the caller never waits.
         """
         with self._lock:
-            if self._proc is None:
+            if self._pid is None:
                 self._cancelled = signum
                 return
-            pid = self._proc.pid
+            if self._exited:  # its pid may belong to someone else by now
+                return
+            pid = self._pid
         try:
             os.killpg(pid, signum)
         except (ProcessLookupError, PermissionError):
@@ -173,31 +176,36 @@ class TurnProcess:
                 cwd = spec.prepare()
         except WakelineError as exc:
             return RunOutcome(exit_code=None, spawn_error=f"{exc.code}: {exc.detail or exc.code}")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         try:
-            with self._lock, prompt_stdin(spec) as stdin, spawning_on(spec.cpus):
+            with self._lock, prompt_stdin(spec) as stdin:
                 if self._cancelled is not None:
                     return RunOutcome(exit_code=-self._cancelled)
-                self._proc = subprocess.Popen(
-                    list(spec.argv),
-                    cwd=cwd,
-                    env=dict(spec.env),
-                    stdin=stdin,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    close_fds=True,
-                )
+                child = self._forkserver.spawn(spec.argv, str(cwd), spec.env,
+                                               (stdin.fileno(), out_w, err_w))
+                self._pid = child.pid
         except OSError as exc:
-            return RunOutcome(exit_code=None, spawn_error=f"{exc.__class__.__name__}: {exc.strerror or exc}")
+            os.close(out_r)
+            os.close(err_r)
+            reason = str(exc) if isinstance(exc, SpawnFailed) else \
+                f"{exc.__class__.__name__}: {exc.strerror or exc}"
+            return RunOutcome(exit_code=None, spawn_error=reason)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
         out = _Capture(STDOUT_MAX_BYTES)
         err = _Capture(STDERR_TAIL_BYTES, keep_tail=True)
-        self._pump(self._proc, out, err)
-        code = self._proc.wait()
-        # Whatever the agent left running in its group ends with the turn.
         try:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            self._pump(child.exit_fileno(), {out_r: out, err_r: err})
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        code = child.wait()
+        with self._lock:
+            self._exited = True
+        if code is None:
+            return RunOutcome(exit_code=None, spawn_error="the fork server stopped during the turn")
         return RunOutcome(
             exit_code=code,
             stdout=out.data.decode("utf-8", "replace"),
@@ -206,21 +214,25 @@ class TurnProcess:
         )
 
     @staticmethod
-    def _pump(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture) -> None:
-        assert proc.stdout is not None and proc.stderr is not None
+    def _pump(exit_fd: int, captures: dict[int, _Capture]) -> None:
+        """Read the child's pipes until both close, or until it has exited and they are dry:
+        a grandchild may keep them open after the agent exits."""
         with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, out)
-            sel.register(proc.stderr, selectors.EVENT_READ, err)
-            while sel.get_map():
-                # A grandchild may keep the pipes open after the agent exits: stop then.
-                events = sel.select(timeout=0.2)
-                if not events and proc.poll() is not None:
-                    break
+            sel.register(exit_fd, selectors.EVENT_READ)
+            for fd, capture in captures.items():
+                sel.register(fd, selectors.EVENT_READ, capture)
+            exited = False
+            while len(sel.get_map()) > (0 if exited else 1):
+                events = sel.select(timeout=0 if exited else None)
+                if not events:
+                    break  # exited, and nothing more is waiting in the pipes
                 for key, _ in events:
+                    if key.data is None:
+                        exited = True
+                        sel.unregister(exit_fd)  # its message is the caller's to read
+                        continue
                     chunk = os.read(key.fd, _CHUNK)
                     if chunk:
                         key.data.add(chunk)
                     else:
-                        sel.unregister(key.fileobj)
-        proc.stdout.close()
-        proc.stderr.close()
+                        sel.unregister(key.fd)

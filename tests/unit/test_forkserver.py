@@ -1,0 +1,124 @@
+"""The fork server: real helper, real children, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.helpers import wait_until
+from wakeline.forkserver import ForkServer, SpawnFailed
+
+ENV = {"PATH": os.environ["PATH"]}
+
+
+@pytest.fixture
+def forkserver() -> Iterator[ForkServer]:
+    server = ForkServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def run(server: ForkServer, argv: list[str], cwd: Path, env: dict[str, str] = ENV) -> tuple[int | None, str]:
+    """Spawn with stdout on a pipe; return the exit code and what it printed."""
+    out_r, out_w = os.pipe()
+    try:
+        with open(os.devnull, "rb") as stdin:
+            child = server.spawn(argv, str(cwd), env, (stdin.fileno(), out_w, out_w))
+    finally:
+        os.close(out_w)
+    with os.fdopen(out_r, "rb") as out:
+        text = out.read().decode()
+    return child.wait(), text
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_child_runs_in_its_cwd_with_its_env_in_a_session_of_its_own(
+        forkserver: ForkServer, tmp_path: Path) -> None:
+    code, text = run(forkserver, ["sh", "-c", 'pwd; echo "$GREETING"; ps -o sid= -p $$; echo $$'],
+                     tmp_path, {**ENV, "GREETING": "hello"})
+    cwd, greeting, sid, pid = text.split()
+    assert code == 0 and Path(cwd) == tmp_path and greeting == "hello" and sid == pid
+
+
+def test_exit_codes_and_signals_come_back(forkserver: ForkServer, tmp_path: Path) -> None:
+    assert run(forkserver, ["sh", "-c", "exit 2"], tmp_path)[0] == 2
+    assert run(forkserver, ["sh", "-c", "kill -TERM $$"], tmp_path)[0] == -signal.SIGTERM
+
+
+def test_the_child_gets_default_signal_dispositions(forkserver: ForkServer, tmp_path: Path) -> None:
+    """The helper ignores SIGINT (and Python ignores SIGPIPE): its children must not."""
+    _, text = run(forkserver, ["sh", "-c", "grep SigIgn /proc/$$/status"], tmp_path)
+    ignored = int(text.split()[1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGPIPE - 1))
+
+
+def test_a_missing_program_or_directory_is_a_clear_spawn_error(
+        forkserver: ForkServer, tmp_path: Path) -> None:
+    with pytest.raises(SpawnFailed, match="FileNotFoundError"):
+        run(forkserver, ["no-such-agent-here"], tmp_path)
+    with pytest.raises(SpawnFailed, match="FileNotFoundError"):
+        run(forkserver, ["true"], tmp_path / "gone")
+    assert run(forkserver, ["true"], tmp_path)[0] == 0  # the connection is still good
+
+
+def test_the_helper_has_an_empty_environment(forkserver: ForkServer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    assert forkserver.pid is not None
+    assert Path(f"/proc/{forkserver.pid}/environ").read_bytes() == b""
+
+
+def test_what_the_agent_left_in_its_group_ends_with_it(forkserver: ForkServer, tmp_path: Path) -> None:
+    code, text = run(forkserver, ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], tmp_path)
+    assert code == 0
+    wait_until(lambda: not alive(int(text)), message="the leftover sleep killed")
+
+
+def test_a_dead_helper_is_started_again(forkserver: ForkServer, tmp_path: Path) -> None:
+    assert run(forkserver, ["true"], tmp_path)[0] == 0  # this thread has its connection
+    first = forkserver.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not alive(first), message="the helper gone")
+    with pytest.raises(SpawnFailed):  # the connection it had is broken
+        run(forkserver, ["true"], tmp_path)
+    assert run(forkserver, ["true"], tmp_path)[0] == 0
+    assert forkserver.pid not in (None, first)
+
+
+def test_when_the_service_is_killed_its_agents_end_too(tmp_path: Path) -> None:
+    """kill -9 of the service: the helper sees its control socket close and ends every agent."""
+    script = (
+        "import os, sys\n"
+        "from wakeline.forkserver import ForkServer\n"
+        "s = ForkServer(); s.start()\n"
+        "c = s.spawn(['sleep', '60'], '/', {'PATH': os.environ['PATH']}, (0, 1, 2))\n"
+        "print(c.pid, s.pid, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    service = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, cwd=Path(__file__).parents[2])
+    assert service.stdout is not None and service.stdin is not None
+    agent, helper = (int(x) for x in service.stdout.readline().split())
+    assert alive(agent) and alive(helper)
+    service.kill()
+    service.wait()
+    service.stdin.close()
+    service.stdout.close()
+    wait_until(lambda: not alive(agent) and not alive(helper), message="agent and helper gone")
