@@ -34,6 +34,7 @@ from wakeline.inbox import Inbox
 from wakeline.journal import JournalFile
 from wakeline.logs import setup_logging
 from wakeline.metrics import Metrics
+from wakeline.models.outbox import EffectKind
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.client import LinearClient, RequestBudget
@@ -232,7 +233,13 @@ def build_service(
     tracker.subscribe_ownership(ownership_settled)
     echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids)).proxy()
     tracker.subscribe_intents(lambda ids: echo_memory.intents.defer(ids))
-    tracker.subscribe(lambda write: echo_memory.settled.defer(write))
+
+    def mutation_settled(write: Any) -> None:
+        # Only a mutation can hold deliveries: activities and comments need not wake echo memory.
+        if write.kind is EffectKind.MUTATION:
+            echo_memory.settled.defer(write)
+
+    tracker.subscribe(mutation_settled)
     tracker.subscribe(lambda w: recorder.outbound(w.effect_id, w.kind.value, w.target, w.state.value))
 
     def admitted(admitted: list[tuple[Any, Any]]) -> None:

@@ -149,8 +149,11 @@ class Workspaces:
         with self._holding(self._conversation_slots, conversation_id):
             if repo is None:
                 with _disk(f"cannot create {path}"):
-                    self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
-                    path.mkdir(mode=0o700, exist_ok=True)
+                    try:  # one call in the common case: the root is there
+                        path.mkdir(mode=0o700, exist_ok=True)
+                    except FileNotFoundError:
+                        self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
+                        path.mkdir(mode=0o700, exist_ok=True)
                 return Placement(path, None)
             with self._holding(self._repo_slots, str(Path(repo).resolve())):
                 wanted = branch_name(identifier, title, conversation_id)
