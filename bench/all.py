@@ -65,7 +65,9 @@ def main() -> int:
     rows.append(("turns", "webhook → agent start p99, ms (target < 50)", f"{start99:.1f}", "—", "—"))
     rows.append(("turns", "drain, turns/s (baseline: spawns/s of the agent alone)", f"{rate:.0f}",
                  f"{1000 / spawn:.0f}", f"{rate * spawn / 1000:.2f}"))
-    rows.append(("turns", "service CPU per turn, ms (target ≤ 3)", f"{cpu:.1f}", "—", "—"))
+    agents = number(r"CPU per turn: serve [\d.]+ ms, agents \(sh \+ date\) ([\d.]+) ms", text)
+    rows.append(("turns", "service CPU per turn, ms (target ≤ 3; baseline: the agent's own)",
+                 f"{cpu:.1f}", f"{agents:.1f}", f"{cpu / agents:.2f}"))
 
     text = run("sessions.py")
     call = number(r"one call to the fake from Python takes (\d+) ms", text)

@@ -227,6 +227,7 @@ class ForkServer:
         self._local = threading.local()
         self._conns: set[socket.socket] = set()  # every thread's, so stop closes them all
         self._generation = 0
+        self._broken = False  # a connection broke: the helper is gone, even if not yet reapable
 
     def start(self) -> None:
         """Start the helper now, so the first turn does not wait for its interpreter."""
@@ -249,6 +250,8 @@ class ForkServer:
             got = None
         if got is None:
             self._drop_connection()
+            with self._lock:
+                self._broken = True
             raise SpawnFailed("the fork server stopped")
         answer = got[0]
         if "error" in answer:
@@ -292,7 +295,7 @@ class ForkServer:
                 _send(self._control, {"connect": True}, [theirs.fileno()])
             except OSError:
                 ours.close()
-                self._restart_next_time()
+                self._broken = True
                 raise SpawnFailed("the fork server stopped")
             finally:
                 theirs.close()
@@ -315,11 +318,15 @@ class ForkServer:
         self._generation += 1
 
     def _ensure_helper(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None and not self._broken:
             return
         if self._proc is not None:
-            log.warning("fork server exited; starting it again", extra={"code": self._proc.returncode})
+            log.warning("fork server gone; starting it again", extra={"code": self._proc.returncode})
+            if self._proc.returncode is None:  # it may still be exiting: see it gone first
+                self._proc.kill()
+                self._proc.wait()
             self._restart_next_time()
+        self._broken = False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         from wakeline.cpus import spawning_on  # the service's side only: the helper never imports it
 
