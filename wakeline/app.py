@@ -114,7 +114,7 @@ class Service:
     stopped: bool = False
 
     def start(self) -> None:
-        """Start the fork server, recover the FIFO, then the writer, both listeners and the ticker."""
+        """Start the fork server, recover the FIFO, then the writer, the listeners, the ticker."""
         self.turn_env.forkserver.start()
         self.supervisor.recover().get()
         self.writer.start()
@@ -248,7 +248,7 @@ def build_service(
         if woke:
             supervisor.wake.defer(woke)
         if any(r.effects or r.wake_ids for r in results):
-            tracker.kick.defer()  # lifecycle changes (a closure, a stop) may have prepared answers too
+            tracker.kick.defer()  # lifecycle changes (a closure, a stop) may have prepared answers
         if any(r.lookup_ids for r in results):
             tracker.check_ownership.defer()  # off the ingress path: the tracker asks Linear
         for plan, r in admitted:

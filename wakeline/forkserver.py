@@ -321,14 +321,15 @@ class ForkServer:
         if self._proc is not None and self._proc.poll() is None and not self._broken:
             return
         if self._proc is not None:
-            log.warning("fork server gone; starting it again", extra={"code": self._proc.returncode})
+            log.warning("fork server gone; starting it again",
+                        extra={"code": self._proc.returncode})
             if self._proc.returncode is None:  # it may still be exiting: see it gone first
                 self._proc.kill()
                 self._proc.wait()
             self._restart_next_time()
         self._broken = False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        from wakeline.cpus import spawning_on  # the service's side only: the helper never imports it
+        from wakeline.cpus import spawning_on  # here: the helper itself must not import it
 
         try:
             with spawning_on(self._cpus):

@@ -25,7 +25,8 @@ def forkserver() -> Iterator[ForkServer]:
     server.stop()
 
 
-def run(server: ForkServer, argv: list[str], cwd: Path, env: dict[str, str] = ENV) -> tuple[int | None, str]:
+def run(server: ForkServer, argv: list[str], cwd: Path,
+        env: dict[str, str] = ENV) -> tuple[int | None, str]:
     """Spawn with stdout on a pipe; return the exit code and what it printed."""
     out_r, out_w = os.pipe()
     try:
@@ -78,13 +79,14 @@ def test_a_missing_program_or_directory_is_a_clear_spawn_error(
     assert run(forkserver, ["true"], tmp_path)[0] == 0  # the connection is still good
 
 
-def test_the_helper_has_an_empty_environment(forkserver: ForkServer,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_helper_has_an_empty_environment(forkserver: ForkServer) -> None:
+    """None of the service's variables (its secrets among them) reach the helper."""
     assert forkserver.pid is not None
     assert Path(f"/proc/{forkserver.pid}/environ").read_bytes() == b""
 
 
-def test_what_the_agent_left_in_its_group_ends_with_it(forkserver: ForkServer, tmp_path: Path) -> None:
+def test_what_the_agent_left_in_its_group_ends_with_it(forkserver: ForkServer,
+                                                       tmp_path: Path) -> None:
     code, text = run(forkserver, ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], tmp_path)
     assert code == 0
     wait_until(lambda: not alive(int(text)), message="the leftover sleep killed")

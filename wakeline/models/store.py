@@ -140,7 +140,8 @@ class Store:
             tt = self.t.turns
             turns = dict(tt.select(tt.state, fn.COUNT(tt.id)).group_by(tt.state).tuples())
             c = self.t.conversations
-            outcomes = dict(c.select(c.outcome, fn.COUNT(c.id)).where(c.terminal == True)  # noqa: E712
+            terminal = c.terminal == True  # noqa: E712 (peewee builds SQL from ==)
+            outcomes = dict(c.select(c.outcome, fn.COUNT(c.id)).where(terminal)
                             .group_by(c.outcome).tuples())
             return Counts(
                 conversations=c.select().count(),

@@ -35,7 +35,8 @@ def run(turn: TurnSpec, forkserver: ForkServer) -> RunOutcome:
     return done[0]
 
 
-def test_a_real_child_reads_the_whole_prompt_on_stdin(tmp_path: Path, forkserver: ForkServer) -> None:
+def test_a_real_child_reads_the_whole_prompt_on_stdin(tmp_path: Path,
+                                                      forkserver: ForkServer) -> None:
     outcome = run(spec(tmp_path), forkserver)
     assert outcome.exit_code == 0 and outcome.stdout == PROMPT
     assert not (tmp_path / "turns").exists()  # a memfd: nothing was written to the state dir
