@@ -2,9 +2,10 @@
 
 The fork server starts the child (the service never forks itself; see
 `wakeline/forkserver.py`). The child runs in its own process group (so stop
-reaches everything it started), reads the prompt on stdin from an anonymous in-memory file (a memfd,
-so the prompt never touches the disk; an owner-only file in the state dir,
-unlinked at once, where the platform has none), and has its stdout and stderr
+reaches everything it started), reads the prompt on stdin from an anonymous
+in-memory file (a memfd, so the prompt never touches the disk; an owner-only
+file in the state dir, unlinked at once, where the platform has none), and has
+its stdout and stderr
 read with fixed bounds: a flood costs CPU, never memory. When the child exits
 the runner calls `on_exit` with a `RunOutcome`; it never decides what the
 outcome means. Runner threads come from a fixed pool (one per turn slot), so a
@@ -178,22 +179,26 @@ class TurnProcess:
             return RunOutcome(exit_code=None, spawn_error=f"{exc.code}: {exc.detail or exc.code}")
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        child, not_started = None, RunOutcome(exit_code=None)
         try:
             with self._lock, prompt_stdin(spec) as stdin:
                 if self._cancelled is not None:
-                    return RunOutcome(exit_code=-self._cancelled)
-                child = self._forkserver.spawn(spec.argv, str(cwd), spec.env,
-                                               (stdin.fileno(), out_w, err_w))
-                self._pid = child.pid
+                    not_started = RunOutcome(exit_code=-self._cancelled)
+                else:
+                    child = self._forkserver.spawn(spec.argv, str(cwd), spec.env,
+                                                   (stdin.fileno(), out_w, err_w))
+                    self._pid = child.pid
         except OSError as exc:
-            os.close(out_r)
-            os.close(err_r)
             reason = str(exc) if isinstance(exc, SpawnFailed) else \
                 f"{exc.__class__.__name__}: {exc.strerror or exc}"
-            return RunOutcome(exit_code=None, spawn_error=reason)
+            not_started = RunOutcome(exit_code=None, spawn_error=reason)
         finally:
             os.close(out_w)
             os.close(err_w)
+        if child is None:
+            os.close(out_r)
+            os.close(err_r)
+            return not_started
         out = _Capture(STDOUT_MAX_BYTES)
         err = _Capture(STDERR_TAIL_BYTES, keep_tail=True)
         try:
