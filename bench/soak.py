@@ -36,6 +36,12 @@ from typing import Any
 
 import requests
 
+# Every thread the service can have with this config, none per conversation: two listeners
+# (8 request threads and a loop each), the main thread, supervisor, tracker, admission
+# writer, ticker, journal and echo memory, a turn slot and a runner per turn, the Linear
+# pool (8 by default) and the workspace janitor.
+THREAD_BUDGET = 2 * (8 + 1) + 7 + 2 * 4 + 8 + 1
+
 SECRET = "soak-webhook-secret-4Hq8Ns2Vd7"
 AGENT = "/bin/sh -c 'cat >/dev/null; echo done'"
 
@@ -170,8 +176,10 @@ projects = ["5b1d0c2e-7a4d-4f7e-9d1a-000000000001"]
     problems = []
     if last["rss_mb"] > warm["rss_mb"] * 1.5 + 10:
         problems.append(f"RSS grew from {warm['rss_mb']:.0f} to {last['rss_mb']:.0f} MB")
-    if max(r["threads"] for r in rows) > 4 + 32:
-        problems.append("more threads than max_concurrent_turns + 32")
+    if max(r["threads"] for r in rows) > THREAD_BUDGET:
+        problems.append(f"more threads than the service's fixed budget ({THREAD_BUDGET})")
+    if last["threads"] > warm["threads"] + 8:  # a lazily started pool may still fill up
+        problems.append(f"threads grew from {warm['threads']} to {last['threads']}")
     if last["fds"] > warm["fds"] + 20:
         problems.append(f"open files grew from {warm['fds']} to {last['fds']}")
     if max(r["journal_lines"] for r in rows) > 2500:
