@@ -240,6 +240,20 @@ def forkserver_of(pid: int) -> int | None:
     return None
 
 
+def status_of(pid: int) -> dict[str, int] | None:
+    """Threads, VmRSS and VmHWM (kB) of a process from /proc; None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("Threads", "VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
 def cpu_times(pid: int) -> tuple[float, float]:
     """(own user+system, reaped children's user+system) of a process, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -266,23 +280,15 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
-    def _read(self, pid: int | None = None) -> dict[str, int] | None:
-        try:
-            text = Path(f"/proc/{pid or self.pid}/status").read_text()
-        except OSError:
+    def _read(self) -> dict[str, int] | None:
+        out = status_of(self.pid)
+        if out is None:
             return None
-        out = {}
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key in ("Threads", "VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0])
-        if pid is None:
-            if self.helper is None:
-                self.helper = forkserver_of(self.pid)
-            helper = self._read(self.helper) if self.helper else None
-            if helper:
-                out["VmRSS"] = out.get("VmRSS", 0) + helper.get("VmRSS", 0)
-                out["VmHWM"] = out.get("VmHWM", 0) + helper.get("VmHWM", 0)
+        if self.helper is None:
+            self.helper = forkserver_of(self.pid)
+        helper = status_of(self.helper) if self.helper else None
+        for key in ("VmRSS", "VmHWM"):
+            out[key] = out.get(key, 0) + (helper or {}).get(key, 0)
         return out
 
     def _run(self) -> None:

@@ -243,6 +243,7 @@ class ForkServer:
             OSError: the helper itself could not be started.
         """
         conn = self._connection()
+        generation = self._local.generation
         try:
             _send(conn, {"argv": list(argv), "cwd": cwd, "env": dict(env)}, stdio)
             got = _recv(conn)
@@ -250,8 +251,8 @@ class ForkServer:
             got = None
         if got is None:
             self._drop_connection()
-            with self._lock:
-                self._broken = True
+            with self._lock:  # unless another thread has already started a new helper
+                self._broken = self._broken or generation == self._generation
             raise SpawnFailed("the fork server stopped")
         answer = got[0]
         if "error" in answer:
@@ -311,12 +312,6 @@ class ForkServer:
             with self._lock:
                 self._conns.discard(conn)
 
-    def _restart_next_time(self) -> None:
-        if self._control is not None:
-            self._control.close()
-        self._control, self._proc = None, None
-        self._generation += 1
-
     def _ensure_helper(self) -> None:
         if self._proc is not None and self._proc.poll() is None and not self._broken:
             return
@@ -326,7 +321,10 @@ class ForkServer:
             if self._proc.returncode is None:  # it may still be exiting: see it gone first
                 self._proc.kill()
                 self._proc.wait()
-            self._restart_next_time()
+            if self._control is not None:
+                self._control.close()
+            self._control, self._proc = None, None
+            self._generation += 1  # every thread's connection went with it
         self._broken = False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         from wakeline.cpus import spawning_on  # here: the helper itself must not import it

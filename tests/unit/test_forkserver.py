@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -92,16 +93,23 @@ def test_what_the_agent_left_in_its_group_ends_with_it(forkserver: ForkServer,
     wait_until(lambda: not alive(int(text)), message="the leftover sleep killed")
 
 
-def test_a_dead_helper_is_started_again(forkserver: ForkServer, tmp_path: Path) -> None:
-    assert run(forkserver, ["true"], tmp_path)[0] == 0  # this thread has its connection
-    first = forkserver.pid
-    assert first is not None
-    os.kill(first, signal.SIGKILL)
-    wait_until(lambda: not alive(first), message="the helper gone")
-    with pytest.raises(SpawnFailed):  # the connection it had is broken
-        run(forkserver, ["true"], tmp_path)
-    assert run(forkserver, ["true"], tmp_path)[0] == 0
-    assert forkserver.pid not in (None, first)
+def test_a_dead_helper_is_started_again_and_every_thread_reconnects_to_it(
+        forkserver: ForkServer, tmp_path: Path) -> None:
+    """The thread that meets the dead helper fails once and restarts it; another thread's
+    stale connection is replaced, and does not restart the new helper."""
+    with ThreadPoolExecutor(1) as other:  # one thread, like a runner, keeping its connection
+        assert other.submit(run, forkserver, ["true"], tmp_path).result(30)[0] == 0
+        assert run(forkserver, ["true"], tmp_path)[0] == 0
+        first = forkserver.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: not alive(first), message="the helper gone")
+        with pytest.raises(SpawnFailed):
+            run(forkserver, ["true"], tmp_path)
+        assert run(forkserver, ["true"], tmp_path)[0] == 0
+        second = forkserver.pid
+        assert other.submit(run, forkserver, ["true"], tmp_path).result(30)[0] == 0
+        assert forkserver.pid == second not in (None, first)
 
 
 def test_when_the_service_is_killed_its_agents_end_too(tmp_path: Path) -> None:

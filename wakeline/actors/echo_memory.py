@@ -26,7 +26,7 @@ from wakeline.actors.tracker import SettledWrite
 from wakeline.clock import Clock, to_ms
 from wakeline.errors import Conflict, NotFound
 from wakeline.models.echoes import Resolution
-from wakeline.models.outbox import EffectKind, EffectState
+from wakeline.models.outbox import EffectState
 from wakeline.models.store import Store
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,8 @@ class EchoMemory(pykka.ThreadingActor):
         log.debug("intents on the wire", extra={"effects": effect_ids})
 
     def settled(self, write: SettledWrite) -> None:
-        """A write answered (any kind; only intents hold deliveries)."""
-        if write.kind is EffectKind.MUTATION:
-            self.resolve()
+        """A mutation answered (the service tells only those: only intents hold deliveries)."""
+        self.resolve()
 
     def resolve(self) -> Resolution:
         """Complete held deliveries proved ours; release the rest whose writes all answered."""

@@ -34,7 +34,6 @@ class Journal(pykka.ThreadingActor):
         self._window = group_window  # real seconds: a batching delay, not a time of the story
         self._buffer: list[Note] = []
         self._flush_scheduled = False
-        self._window_passed = False
         self._self: Any = None
 
     def on_start(self) -> None:
@@ -63,19 +62,17 @@ class Journal(pykka.ThreadingActor):
             self._flush_scheduled = True
             self._self.group_flush.defer()
 
-    def group_flush(self) -> None:
+    def group_flush(self, waited: bool = False) -> None:
         """The scheduled flush: after the group window (once), behind what came meanwhile."""
-        if self._window > 0 and not self._window_passed:
-            self._window_passed = True
+        if self._window > 0 and not waited:
             time.sleep(self._window)
-            self._self.group_flush.defer()
+            self._self.group_flush.defer(waited=True)
             return
         self.flush()
 
     def flush(self) -> None:
         """Append the buffered notes in one write now; a failure drops the batch, never raises."""
         self._flush_scheduled = False
-        self._window_passed = False
         batch, self._buffer = self._buffer, []
         if not batch or not self._ensure_open():
             return
