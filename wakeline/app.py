@@ -231,7 +231,8 @@ def build_service(
                            source=f"{conversation_id}:lookup")
 
     tracker.subscribe_ownership(ownership_settled)
-    echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids)).proxy()
+    echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids),
+                                   config.linear.echo_window_seconds * 1000).proxy()
     tracker.subscribe_intents(lambda ids: echo_memory.intents.defer(ids))
 
     def mutation_settled(write: Any) -> None:

@@ -2,7 +2,8 @@
 
 It answers `agentActivityCreate`, `commentCreate` and `viewer` the way Linear
 does, records every request, and can be told to be slow, fail with a 500, drop
-the connection, or answer RATELIMITED (as Linear does, with HTTP 400).
+the connection, answer RATELIMITED (as Linear does, with HTTP 400), or hold an
+answer until the test lets it go (`hold`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ class FakeLinear:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._gates: dict[str, threading.Event] = {}
+
+    def hold(self, key: str) -> threading.Event:
+        """Hold the answer to every request whose body contains `key` until the returned
+        event is set (the request itself is recorded at once)."""
+        gate = threading.Event()
+        with self._lock:
+            self._gates[key] = gate
+        return gate
 
     def start(self) -> "FakeLinear":
         fake = self
@@ -62,6 +72,10 @@ class FakeLinear:
                     behaviour = fake.script.pop(0) if fake.script else "ok"
                     fake.requests.append(Recorded(time.time(), dict(self.headers), body))
                 raw = json.dumps(body)
+                with fake._lock:
+                    gates = [g for key, g in fake._gates.items() if key in raw]
+                for gate in gates:
+                    gate.wait(30)
                 delay = fake.latency + sum(s for key, s in fake.delays.items() if key in raw)
                 if delay:
                     time.sleep(delay)
@@ -132,9 +146,9 @@ class FakeLinear:
                                                                     "type": "unstarted"})}}}
         return {"data": {}}
 
-    def updates(self) -> list[Recorded]:
+    def updates(self, field: str = "issueUpdate") -> list[Recorded]:
         with self._lock:
-            return [r for r in self.requests if "issueUpdate" in r.query]
+            return [r for r in self.requests if field in r.query]
 
     def lookups(self) -> list[Recorded]:
         with self._lock:

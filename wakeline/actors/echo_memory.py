@@ -25,7 +25,7 @@ import pykka
 from wakeline.actors.tracker import SettledWrite
 from wakeline.clock import Clock, to_ms
 from wakeline.errors import Conflict, NotFound
-from wakeline.models.echoes import Resolution
+from wakeline.models.echoes import ECHO_WINDOW_MS, Resolution
 from wakeline.models.outbox import EffectState
 from wakeline.models.store import Store
 
@@ -37,9 +37,11 @@ PRUNE_EVERY_SECONDS = 60.0
 class EchoMemory(pykka.ThreadingActor):
     """Resolves held deliveries as writes answer, and prunes what is remembered."""
 
-    def __init__(self, store: Store, clock: Clock, wake: Callable[[list[str]], None]) -> None:
+    def __init__(self, store: Store, clock: Clock, wake: Callable[[list[str]], None],
+                 echo_window_ms: int = ECHO_WINDOW_MS) -> None:
         super().__init__()
         self._store = store
+        self._echo_window_ms = echo_window_ms
         self._clock = clock
         self._wake = wake
         self._last_prune: float | None = None
@@ -70,7 +72,7 @@ class EchoMemory(pykka.ThreadingActor):
     def resolve(self) -> Resolution:
         """Complete held deliveries proved ours; release the rest whose writes all answered."""
         try:
-            result = self._store.echoes.resolve(to_ms(self._clock.now()))
+            result = self._store.echoes.resolve(to_ms(self._clock.now()), self._echo_window_ms)
         except Exception:
             log.exception("resolving held deliveries failed")  # the next sweep tries again
             return Resolution()

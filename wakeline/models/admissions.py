@@ -17,9 +17,10 @@ conversation as this transaction sees it, and the transaction records the
 
 Echoes are classified first, on exact evidence only: an object id one of our
 creates chose (`self_echo`); an update matching a confirmed intent's fingerprint
-inside the echo window (`self_echo`); or an update of the same account, kind,
-action and subject as an intent still in flight (`held`: its FIFO entry waits in
-place and its inbox message is kept back until echo memory resolves it).
+inside the echo window (`self_echo`, even while another write to the same object
+is in flight); or an update of the same account, kind, action and subject as an
+intent still in flight (`held`: its FIFO entry waits in place and its inbox
+message is kept back until echo memory resolves it).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from typing import Sequence
 from peewee import DatabaseError, SqliteDatabase
 
 from wakeline.errors import Unavailable
-from wakeline.models.echoes import CANDIDATE_WINDOW_MS, UNRESOLVED, Echoes, IntentRow, matches
+from wakeline.models.echoes import CANDIDATE_WINDOW_MS, UNRESOLVED, Echoes, IntentRow, explains
 from wakeline.models.envelopes import DataChange, InboundDelivery, Subject, dump_envelope
 from wakeline.models.fifo import Fifo
-from wakeline.models.outbox import EffectState, Outbox
+from wakeline.models.outbox import Outbox
 from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind
@@ -224,8 +225,11 @@ class Admissions:
                own: dict[str, int], convs: dict[Subject, _Conversation],
                intents: dict[str, list[IntentRow]]) -> AdmissionResult:
         d, now = plan.delivery, plan.received_ms
-        hold = self._in_flight(plan, intents)
-        if not hold and (self._is_echo(plan, own) or self._is_confirmed_echo(plan, intents)):
+        # Proof first: the echo of an answered write is ours even while a later write to the
+        # same object is still in flight (overlapping writes); only without proof is it held.
+        confirmed = self._is_confirmed_echo(plan, intents)
+        hold = [] if confirmed else self._in_flight(plan, intents)
+        if not hold and (confirmed or self._is_echo(plan, own)):
             if self._receipt(conn, plan, Outcome.SELF_ECHO, "own_write", None) is None:
                 return self._duplicate(conn, d)
             return AdmissionResult(Outcome.SELF_ECHO, "own_write")
@@ -337,14 +341,11 @@ class Admissions:
 
     @staticmethod
     def _is_confirmed_echo(plan: AdmissionPlan, intents: dict[str, list[IntentRow]]) -> bool:
-        """The echo of an answered write arriving after it: a confirmed intent whose fingerprint
-        matches exactly, inside the echo window. A person's edit after the window is theirs."""
+        """The echo of an answered write: a confirmed intent of its subject whose fingerprint
+        matches exactly, inside the echo window (`echoes.explains`)."""
         ev = plan.delivery.evidence
-        if ev is None:
-            return False
-        return any(i.expects(ev) and i.state == EffectState.CONFIRMED.value
-                   and plan.received_ms - (i.settled_at or i.created_at) <= plan.echo_window_ms
-                   and matches(i.fingerprint, ev) for i in intents.get(ev.subject, ()))
+        return ev is not None and any(explains(i, ev, plan.received_ms, plan.echo_window_ms)
+                                      for i in intents.get(ev.subject, ()))
 
     @staticmethod
     def _receipt(conn: sqlite3.Connection, plan: AdmissionPlan, outcome: Outcome,

@@ -10,8 +10,13 @@ fingerprint matches its evidence exactly, and otherwise releases it into its FIF
 position and the inbox. The EchoMemory actor drives `resolve`, `release_unsent`
 and `prune`; admission only reads.
 
-    held --every intent answered, a confirmed fingerprint matches--> completed (self_echo)
-      \\--every intent answered, none matches------------------------> pending, inbox message
+A held delivery is checked against every confirmed intent of its subject inside
+the echo window, not only those it waits for: when two writes to one issue
+overlap, the first one's echo can arrive while the second is in flight, and the
+first one's retained evidence is what proves it ours.
+
+    held --a confirmed fingerprint of its subject matches---------> completed (self_echo)
+      \\--every intent it waits for answered, none matches---------> pending, inbox message
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ CANDIDATE_WINDOW_MS = 24 * 3600 * 1000
 # Answered intents (their fingerprints) and resolved holds are kept this long, for provider
 # retries and overlapping routes; an `outcome_unknown` one is never pruned by time.
 EVIDENCE_KEPT_MS = 7 * 24 * 3600 * 1000
+# `linear.echo_window_seconds`' default: an answered update's echo is ours this long after.
+ECHO_WINDOW_MS = 90_000
 # Ids a `linear graphql` create chose: Linear retries a webhook for hours at most.
 OWN_CREATES_KEPT_MS = 30 * 24 * 3600 * 1000
 UNRESOLVED = frozenset({EffectState.PREPARED.value, EffectState.DISPATCHED.value,
@@ -102,11 +109,29 @@ def matches(fingerprint: Mapping[str, str], evidence: Mapping[str, Any] | EventE
                                  for c in changed)
 
 
+def explains(intent: IntentRow, evidence: EventEvidence, received_ms: int,
+             echo_window_ms: int) -> bool:
+    """Exact proof that a delivery is this write's echo: a confirmed intent of the same
+    account, kind, action and subject, answered at most `echo_window_ms` before the delivery
+    arrived (or after it), whose fingerprint matches. A person's later edit is theirs."""
+    return (intent.state == EffectState.CONFIRMED.value and intent.expects(evidence)
+            and received_ms - (intent.settled_at or intent.created_at) <= echo_window_ms
+            and matches(intent.fingerprint, evidence))
+
+
 def evidence_json(evidence: EventEvidence) -> str:
     """The evidence a held delivery keeps: digests, never values."""
     return json.dumps({"kind": evidence.kind, "action": evidence.action, "subject": evidence.subject,
                        "actor": evidence.actor_id, "changed": list(evidence.changed),
                        "digests": evidence.digests})
+
+
+def evidence_from_json(text: str) -> EventEvidence:
+    """The evidence a held delivery kept, read back."""
+    raw = json.loads(text)
+    return EventEvidence(kind=raw["kind"], action=raw["action"], subject=raw["subject"],
+                         actor_id=raw["actor"], changed=tuple(raw["changed"]),
+                         digests=raw["digests"])
 
 
 class Echoes:
@@ -170,24 +195,27 @@ class Echoes:
         conn.execute(_HOLD, (receipt_id, fifo_id, conversation_id, evidence_json(evidence),
                              json.dumps(list(intents)), inbox_event, headline, received_at))
 
-    def resolve(self, now: int) -> Resolution:
-        """Settle every held delivery whose intents have all answered (one transaction)."""
-        h, e, d = self._t.held, self._t.effects, self._t.deliveries
+    def resolve(self, now: int, echo_window_ms: int = ECHO_WINDOW_MS) -> Resolution:
+        """Settle held deliveries (one transaction): each one a confirmed intent of its subject
+        proves ours is completed, whatever else it waits for; each one whose intents have all
+        answered without such proof is released."""
+        h, d = self._t.held, self._t.deliveries
         out = Resolution()
         with self._db.atomic():
             held = list(h.select().where(h.state == "held"))
             if not held:
                 return out
-            wanted = {i for row in held for i in json.loads(row.intents)}
-            intents = {r.id: r for r in e.select(e.id, e.state, e.fingerprint).where(e.id.in_(list(wanted)))}
+            evidence = {row.receipt_id: evidence_from_json(row.evidence) for row in held}
+            intents = self.intents_for(self._db.connection(),
+                                       (ev.subject for ev in evidence.values()))
+            states = {i.id: i.state for rows in intents.values() for i in rows}
             following = self._following()
             for row in held:
-                linked = [intents[i] for i in json.loads(row.intents) if i in intents]
-                if any(i.state in UNRESOLVED for i in linked):
+                ev = evidence[row.receipt_id]
+                echo = any(explains(i, ev, row.received_at, echo_window_ms)
+                           for i in intents.get(ev.subject, ()))
+                if not echo and any(states.get(i) in UNRESOLVED for i in json.loads(row.intents)):
                     continue  # still in flight, or quarantined until an operator decides
-                evidence = json.loads(row.evidence)
-                echo = any(i.state == EffectState.CONFIRMED.value
-                           and matches(json.loads(i.fingerprint or "{}"), evidence) for i in linked)
                 if echo:
                     out.echoes += 1
                     if row.fifo_id is not None:

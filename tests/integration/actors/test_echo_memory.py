@@ -191,3 +191,59 @@ def test_a_terminal_state_callback_is_never_held(harness: Callable[..., Any]) ->
     closed["data"]["state"] = {"id": "state-done", "name": "Done", "type": "completed"}
     assert during_the_write(h, fake, closed) == [{"outcome": "accepted"}]
     assert conversation(h)["state"] == "terminal"
+
+
+def overlapping(h: Any, fake: FakeLinear, first: str, second: str, field: str,
+                first_echo: dict[str, Any]) -> dict[str, Any]:
+    """Write `first` (answered), then `second`, whose answer Linear holds back until the first
+    write's echo is admitted; the echo's outcome."""
+    assert h.api("POST", "/v1/linear/graphql", json={"query": first}).status_code == 200
+    gate = fake.hold(second.split('"')[-2])  # the second write's distinct value
+    answers: list[Any] = []
+    writer = threading.Thread(target=lambda: answers.append(
+        h.api("POST", "/v1/linear/graphql", json={"query": second})))
+    writer.start()
+    wait_until(lambda: len(fake.updates(field)) == 2, message="the second write is in flight")
+    outcome = h.deliver(first_echo)
+    gate.set()
+    writer.join(30)
+    assert answers and answers[0].status_code == 200, answers
+    return outcome
+
+
+def test_the_first_moves_echo_is_ours_while_the_second_move_is_in_flight(
+        harness: Callable[..., Any]) -> None:
+    fake = FakeLinear()
+    h = start(harness, fake)
+    review = MOVE.replace("state-doing", "state-review")
+    outcome = overlapping(h, fake, MOVE, review, "issueUpdate", state_move())
+    assert outcome == {"outcome": "self_echo", "reason": "own_write"}
+    second = state_move(state="state-review", changed={"stateId": "state-doing"})
+    assert h.deliver(second) == {"outcome": "self_echo", "reason": "own_write"}
+    wait_until(lambda: h.api("GET", "/v1/status").json()["fifo"]["held"] == 0, message="none held")
+    assert len(h.runs()) == 1 and len(conversation(h)["fifo"]) == 1  # no turn, no FIFO entry
+    assert h.api("GET", "/v1/inbox").json()["unreadCount"] == 1  # the create only
+
+
+def comment_edit(body: str, before: str) -> dict[str, Any]:
+    """Linear's webhook of comment-3 on issue-7 edited to `body` by our account."""
+    event = ops_comment(body)
+    event.update(action="update", actor={"id": ME, "name": "Owner", "type": "user"},
+                 updatedFrom={"body": before, "editedAt": None, "updatedAt": "2026-11-29T11:59:00Z"})
+    event["data"]["id"] = "comment-3"
+    return event
+
+
+def test_the_first_edits_echo_is_ours_while_the_second_edit_is_in_flight(
+        harness: Callable[..., Any]) -> None:
+    fake = FakeLinear()
+    h = start(harness, fake)
+    edit = 'mutation {{ commentUpdate(id: "comment-3", input: {{body: "{}"}}) {{ success }} }}'
+    outcome = overlapping(h, fake, edit.format("draft one"), edit.format("draft two"),
+                          "commentUpdate", comment_edit("draft one", "draft zero"))
+    assert outcome == {"outcome": "self_echo", "reason": "own_write"}
+    assert h.deliver(comment_edit("draft two", "draft one")) == {"outcome": "self_echo",
+                                                                 "reason": "own_write"}
+    # A person's edit on the shared account, to a text we never wrote, is theirs.
+    assert h.deliver(comment_edit("by hand", "draft two")) == {"outcome": "accepted"}
+    wait_until(lambda: len(h.runs()) == 2, message="only the person's edit woke a turn")

@@ -102,10 +102,44 @@ def test_confirmed_evidence_is_an_echo_only_inside_the_window(store: Store, rout
         is Outcome.ACCEPTED
 
 
+def test_overlapping_writes_an_answered_ones_echo_is_ours_at_admission(
+        store: Store, router: Router) -> None:
+    intent(store, T0, EffectState.CONFIRMED)  # the first move answered
+    intent(store, T0 + 10)  # the second is in flight
+    assert admit(store, router, moved(), T0 + 20).outcome is Outcome.SELF_ECHO
+    assert admit(store, router, moved(state="s-review"), T0 + 30).outcome is Outcome.HELD
+
+
+def test_proof_from_any_answered_write_of_the_subject_completes_a_hold(
+        store: Store, router: Router) -> None:
+    admit(store, router, issue_event("issue-7", "OPS-7", "create"), T0)
+    first = intent(store, T0 + 10)
+    second = intent(store, T0 + 10)
+    assert admit(store, router, moved(), T0 + 20).outcome is Outcome.HELD
+    assert sorted(json.loads(store.t.held.get().intents)) == sorted([first, second])
+    # As a hold admitted before this rule left it: waiting on the second write only.
+    store.t.held.update(intents=json.dumps([second])).execute()
+    store.outbox.settle(first, EffectState.CONFIRMED, T0 + 30)
+    result = store.echoes.resolve(T0 + 40)  # the second still in flight: the proof is enough
+    assert (result.echoes, result.released) == (1, 0)
+    assert fifo(store) == [("pending", None), ("completed", "self_echo")]
+
+
+def test_an_answer_outside_the_window_proves_nothing_at_resolution(
+        store: Store, router: Router) -> None:
+    admit(store, router, issue_event("issue-7", "OPS-7", "create"), T0)
+    intent(store, T0, EffectState.CONFIRMED)  # the same write, answered long before
+    pending = intent(store, T0 + 100_000)
+    assert admit(store, router, moved(), T0 + 100_010).outcome is Outcome.HELD
+    store.outbox.settle(pending, EffectState.REJECTED, T0 + 100_020)
+    assert store.echoes.resolve(T0 + 100_030, echo_window_ms=90_000).released == 1
+
+
 def test_unknown_outcomes_are_never_pruned_answered_ones_after_7_days(store: Store, router: Router) -> None:
     unknown = intent(store, T0, EffectState.OUTCOME_UNKNOWN)
     confirmed = intent(store, T0, EffectState.CONFIRMED)
-    admit(store, router, moved(), T0 + 10)  # held by the unknown one
+    # Another state than the confirmed write's: no proof, so held by the unknown one.
+    assert admit(store, router, moved(state="s-other"), T0 + 10).outcome is Outcome.HELD
     store.echoes.prune(T0 + EVIDENCE_KEPT_MS)
     ids = {r.id for r in store.t.effects.select()}
     assert ids == {unknown, confirmed}
