@@ -38,6 +38,12 @@ from wakeline.models.outbox import EffectKind
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.client import LinearClient, RequestBudget
+from wakeline.providers.linear.credentials import (
+    AppCredential, AuthState, Credential, StaticCredential,
+)
+from wakeline.providers.linear.install import Installed, Installer
+from wakeline.providers.linear.oauth import TokenEndpoint
+from wakeline.providers.linear.token_file import TokenFile
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
@@ -71,6 +77,25 @@ def prepare_state(config: Config, environ: Mapping[str, str]) -> Secrets:
     if not environ.get("WAKELINE_LINEAR_WEBHOOK_SECRET", "").strip():
         create_secret_file(config.path(config.linear.webhook_secret_file), new_token())
     return load_secrets(config, dict(environ))
+
+
+def token_endpoint(config: Config, secrets: Secrets, clock: Clock) -> TokenEndpoint | None:
+    """The OAuth app's token endpoint client; None without a client secret."""
+    if secrets.client_secret is None:
+        return None
+    return TokenEndpoint(config.linear.oauth_url, config.linear.client_id,
+                         secrets.client_secret.get_secret_value(), clock)
+
+
+def linear_credential(config: Config, secrets: Secrets, clock: Clock) -> Credential | None:
+    """The app's own token when `linear.client_id` is set, else the API key, else none."""
+    if config.linear.client_id:
+        return AppCredential(config.linear.grant, config.linear.client_id,
+                             TokenFile(config.oauth_token_path),
+                             token_endpoint(config, secrets, clock), clock, secrets.remember)
+    if secrets.linear_api_key is not None:
+        return StaticCredential(secrets.linear_api_key.get_secret_value())
+    return None
 
 
 def workspaces_of(config: Config) -> Workspaces:
@@ -209,10 +234,12 @@ def build_service(
         lambda cid, event, text: recorder.lifecycle(cid, event, text, source=f"{cid}:{to_ms(clock.now())}"))
     client: LinearClient | None = None
     budget: RequestBudget | None = None
-    if secrets.linear_api_key is not None:
+    credential = linear_credential(config, secrets, clock)
+    if credential is not None:
         budget = RequestBudget(config.linear.request_budget_per_hour, clock)
-        client = LinearClient(config.linear.api_url, secrets.linear_api_key.get_secret_value(), budget,
-                              secrets.values())
+        client = LinearClient(config.linear.api_url, credential, budget, secrets.values())
+        turn_env.linear_usable = credential.usable
+        metrics.watch_linear_auth(lambda: credential.state().ok)
     def owner_of(team_key: str | None, project_id: str | None) -> tuple[str, bool] | None:
         route = router.owner(team_key, project_id)
         return (route.name, route.trust == "public") if route is not None else None
@@ -267,13 +294,38 @@ def build_service(
     writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=admitted)
     webhooks = None
     if secrets.webhook_secret is not None:
+        installed_org = credential.tokens.organization_id \
+            if isinstance(credential, AppCredential) and credential.tokens else None
         webhooks = LinearWebhooks(
             secrets.webhook_secret.get_secret_value(),
             freshness_seconds=config.linear.freshness_seconds,
-            organization_id=config.linear.organization_id,
+            # The installed app's organization, unless the config names one.
+            organization_id=config.linear.organization_id or installed_org or "",
         )
     else:
         log.warning("no webhook secret: every delivery will be refused")
+
+    def auth_changed(state: AuthState) -> None:
+        recorder.linear_auth(state.condition, f"Linear: {state.detail}"
+                             + (f" (fix: {state.fix})" if state.fix else ""))
+        if state.ok:
+            tracker.kick.defer()  # the answers that waited for a token go out now
+        else:
+            log.warning("no working Linear token", extra={"state": state.condition,
+                                                          "detail": state.detail})
+
+    installer = None
+    if credential is not None:
+        credential.subscribe(auth_changed)
+    if isinstance(credential, AppCredential) and client is not None:
+        def installed(done: Installed) -> None:
+            if webhooks is not None and not config.linear.organization_id and done.organization_id:
+                webhooks.restrict_to(done.organization_id)
+
+        installer = Installer(
+            credential, token_endpoint(config, secrets, clock), client, store, clock,
+            config.linear.client_id, default_redirect_uri=lambda: f"{operator_url[0]}/oauth/callback",
+            on_installed=installed)
     server = config.server
     ingress = Listener(
         create_ingress_app(config, webhooks, writer, clock, metrics),
@@ -288,7 +340,8 @@ def build_service(
             config, store, inbox, tokens, clock, metrics, supervisor,
             live_actors=lambda: len(pykka.ActorRegistry.get_all()),
             tracker=tracker, settled=turn_env.settled, secrets=secrets, budget=budget,
-            echo_memory=echo_memory, journal=journal_file,
+            echo_memory=echo_memory, journal=journal_file, credential=credential,
+            installer=installer,
         ),
         host=server.operator_host,
         port=server.operator_port,

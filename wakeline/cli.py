@@ -33,8 +33,10 @@ NEXT_STEP = {
     "not_found": "list what exists with `wakeline conversations` or `wakeline effects`",
     "conflict": "see its state with `wakeline conversations show ID` or `wakeline effects list`",
     "not_shown": "read the inbox first (`wakeline inbox`), then ack a cursor it showed",
-    "requires_connected_linear": "put a Linear key in linear.api_key_file (docs/operations.md, "
-                                 "Connecting Linear) and restart",
+    "requires_connected_linear": "connect Linear: `wakeline linear install` for the app (or a "
+                                 "key in linear.api_key_file and a restart); see `wakeline doctor`",
+    "install_refused": "run `wakeline linear install` again (docs/operations.md, Connecting "
+                       "Linear)",
     "budget_exhausted": "wait for the budget to refill (retryAfterSeconds), or raise "
                         "linear.request_budget_per_hour",
     "possibly_dispatched": "check in Linear whether it happened before sending it again",
@@ -157,7 +159,20 @@ def _status_text(data: dict[str, Any]) -> str:
         f"fifo: {fifo['pending']} pending, {fifo['claimed']} claimed",
         f"inbox: {data['inbox']['unread']} unread",
         f"live actors: {data['liveActors']}, threads: {data['threads']}",
+        _linear_status(data.get("linear")),
     ])
+
+
+def _linear_status(auth: dict[str, Any] | None) -> str:
+    if not auth:
+        return "linear: unknown"
+    if auth["ok"]:
+        return f"linear: ok ({auth['kind'].replace('_', ' ')}: {auth['detail']})"
+    if auth["state"] == "none":
+        return f"linear: {auth['detail']}"
+    return (click.style("linear: NOT WORKING", fg="red", bold=True) + f" ({auth['state']}): "
+            f"{auth['detail']}" + (f"\n  fix: {auth['fix']}" if auth.get("fix") else "")
+            + "\n  answers wait and go out once a token works again")
 
 
 @cli.command()
@@ -360,6 +375,62 @@ def linear_connect(ctx: Context, as_json: bool) -> None:
     data = ctx.call("POST", "/v1/linear/connect", timeout=LINEAR_TIMEOUT_SECONDS)
     emit(data, as_json, lambda d: f"connected to Linear as {d['name'] or '-'} ({d['id']}) "
                                   f"with a {d['kind'].replace('_', ' ')}")
+
+
+INSTALL_WAIT_SECONDS = 600.0  # Linear's redirect must come within the install's ten minutes
+
+
+def _installed_text(data: dict[str, Any]) -> str:
+    installed = data["installed"]
+    viewer, org = installed["viewer"], installed["organization"]
+    where = f" in {org['name'] or '-'} ({org['id']})" if org.get("id") else ""
+    return (f"connected to Linear as {viewer['name'] or '-'} ({viewer['id']}){where}; "
+            f"the token renews itself (this one is valid until {installed['expiresAt']})")
+
+
+@linear.command("install")
+@click.option("--code", metavar="CODE",
+              help="Complete the install with the code from the redirect's address bar (a "
+                   "browser on another machine).")
+@click.option("--redirect-uri", metavar="URI",
+              help="The callback Linear redirects to (default: this service's "
+                   "http://127.0.0.1:<operator_port>/oauth/callback); with --code, the one used.")
+@json_option
+@pass_ctx
+def linear_install(ctx: Context, code: str | None, redirect_uri: str | None, as_json: bool) -> None:
+    """Install the Linear app as itself (linear.client_id and the client secret).
+
+    Prints the URL a workspace admin opens, then waits up to ten minutes for Linear's
+    redirect to reach the running service. With --code, completes at once. With
+    `grant = "client_credentials"`, fetches the app's token and needs no browser.
+    """
+    payload: dict[str, Any] = {}
+    if code is not None:
+        payload["code"] = code
+    if redirect_uri is not None:
+        payload["redirectUri"] = redirect_uri
+    data = ctx.call("POST", "/v1/linear/install", json=payload, timeout=LINEAR_TIMEOUT_SECONDS)
+    if data["status"] == "connected":
+        emit(data, as_json, _installed_text)
+        return
+    click.echo(json.dumps(data) if as_json else
+               "Open this URL in a browser, signed in to Linear as a workspace admin, and approve "
+               f"the app:\n\n  {data['authorizeUrl']}\n\nWaiting for Linear's redirect to "
+               f"{data['redirectUri']} (until {data['expiresAt']}). If the browser runs on another "
+               "machine, copy the code= value from the address bar it lands on and run:\n"
+               "  wakeline linear install --code CODE", err=not as_json)
+    deadline = time.monotonic() + INSTALL_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        outcome = ctx.call("GET", f"/v1/linear/install/{data['state']}", params={"wait": 20},
+                           timeout=JOURNAL_WAIT_TIMEOUT_SECONDS)
+        if outcome["status"] == "connected":
+            emit(outcome, as_json, _installed_text)
+            return
+        if outcome["status"] != "pending":
+            fail(f"not installed: {outcome.get('error') or outcome['status']}"
+                 "\n  next: run `wakeline linear install` again")
+    fail("not installed: no redirect from Linear within ten minutes"
+         "\n  next: run `wakeline linear install` again (or use --code)")
 
 
 def _json_or_text(resp: requests.Response) -> Any:

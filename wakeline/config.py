@@ -68,6 +68,24 @@ class LinearConfig(_Section):
         description="File holding the Linear API key or app token; $WAKELINE_LINEAR_API_KEY wins. "
         "None means the local backend.",
     )
+    client_id: str = Field(
+        "", description="The Linear OAuth app's client id: set, wakeline installs the app "
+        "(`wakeline linear install`) and refreshes its token itself; the app's token wins over "
+        "the API key.",
+    )
+    client_secret_file: str = Field(
+        "var/secrets/linear-client-secret",
+        description="File holding the OAuth app's client secret; $WAKELINE_LINEAR_CLIENT_SECRET wins.",
+    )
+    oauth_url: str = Field(
+        "https://api.linear.app/oauth/token", description="Linear's OAuth token endpoint."
+    )
+    grant: Literal["authorization_code", "client_credentials"] = Field(
+        "authorization_code",
+        description='"authorization_code": installed once with `wakeline linear install`, then '
+        'refreshed; "client_credentials": the app\'s own 30-day token, fetched with the client id '
+        "and secret and fetched again before it expires.",
+    )
     api_url: str = Field("https://api.linear.app/graphql", description="Linear's GraphQL endpoint.")
     organization_id: str = Field(
         "", description="When set, deliveries of any other organization get 403."
@@ -197,6 +215,11 @@ class Config(_Section):
     def workspaces_path(self) -> Path:
         """Where conversations' workspaces (directories or git worktrees) live."""
         return self.state_path / "workspaces"
+
+    @property
+    def oauth_token_path(self) -> Path:
+        """The Linear app's tokens (0600), written by `wakeline linear install` and refreshes."""
+        return self.state_path / "secrets" / "linear-oauth.json"
 
     @property
     def operator_token_path(self) -> Path:

@@ -163,6 +163,20 @@ class RequiresConnectedLinear(WakelineError):
     code = "requires_connected_linear"
 
 
+class LinearAuthUnavailable(RequiresConnectedLinear):
+    """A credential is configured but no token works now (not installed, refresh refused,
+    the token endpoint unreachable): Linear ran nothing, and writes wait for a token."""
+
+
+# --- the Linear app's install ------------------------------------------------------------
+
+
+class InstallRefused(WakelineError):
+    """An install of the Linear app could not complete; nothing was written."""
+
+    code = "install_refused"
+
+
 # --- workspaces ------------------------------------------------------------------------
 
 

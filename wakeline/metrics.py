@@ -50,6 +50,14 @@ class Metrics:
             registry=self.registry,
         )
 
+    def watch_linear_auth(self, ok: Callable[[], bool]) -> None:
+        """Export `wakeline_linear_auth_ok`: 1 while a Linear token works, 0 when none does
+        (only when a credential is configured: the local backend has nothing to watch)."""
+        gauge = Gauge("wakeline_linear_auth_ok",
+                      "1 while a Linear token works; 0 when none does (see `wakeline doctor`).",
+                      registry=self.registry)
+        gauge.set_function(lambda: 1.0 if ok() else 0.0)
+
     def journal_failed(self) -> None:
         """Count one failed journal write."""
         self.journal_failures.inc()

@@ -133,6 +133,12 @@ class Recorder:
                         issue_keys=(issue_key,) if issue_key else (), thread=conversation_id,
                         stage=event))
 
+    def linear_auth(self, condition: str, text: str) -> None:
+        """Whether a Linear token works changed (refused, not installed, working again)."""
+        at = self._now()
+        self._tell(Note(id=f"lifecycle:linear-auth:{at}:{condition}", kind="lifecycle", at_ms=at,
+                        sender="linear", to="wakeline", text=text, stage=f"linear_auth_{condition}"))
+
     def outbound(self, effect_id: str, kind: str, target: str, state: str,
                  conversation_id: str | None = None) -> None:
         """A write to Linear whose outcome is known (or known to be unknown)."""

@@ -28,6 +28,10 @@ max_body_bytes = 1048576
 # Secrets live in files (mode 0600) or the environment, never here.
 webhook_secret_file = "var/secrets/linear-webhook-secret"  # $WAKELINE_LINEAR_WEBHOOK_SECRET wins
 api_key_file = "var/secrets/linear-api-key"                # $WAKELINE_LINEAR_API_KEY wins
+client_id = ""                  # your Linear OAuth app's id: then `wakeline linear install`
+client_secret_file = "var/secrets/linear-client-secret"    # $WAKELINE_LINEAR_CLIENT_SECRET wins
+oauth_url = "https://api.linear.app/oauth/token"
+grant = "authorization_code"    # or "client_credentials": the app's own 30-day token, no browser
 api_url = "https://api.linear.app/graphql"
 organization_id = ""            # set it: deliveries of other organizations get 403
 freshness_seconds = 60

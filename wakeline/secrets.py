@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import secrets as _random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -19,9 +19,13 @@ from wakeline.config import Config
 
 WEBHOOK_SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
 API_KEY_ENV = "WAKELINE_LINEAR_API_KEY"
+CLIENT_SECRET_ENV = "WAKELINE_LINEAR_CLIENT_SECRET"
+# Learned secrets (rotating app tokens) scrubbed at once; the oldest go first.
+LEARNED_KEPT = 16
 REDACTED = "[redacted]"
-# Linear key shapes, scrubbed even when the key is not one we hold.
-_KEY_SHAPE = re.compile(r"lin_(?:api|oauth)_[A-Za-z0-9]{8,}")
+# Linear credential shapes (API keys, OAuth access and refresh tokens, webhook secrets),
+# scrubbed even when the value is not one we hold.
+_KEY_SHAPE = re.compile(r"lin_[a-z]{2,12}_[A-Za-z0-9]{8,}")
 # Other credentials' common shapes, for text that leaves for the owner's journal.
 _TOKEN_SHAPES = re.compile(
     r"\bwlt_[A-Za-z0-9_-]{8,}"                       # wakeline turn tokens
@@ -45,16 +49,40 @@ _ASSIGNED = re.compile(
 
 @dataclass(frozen=True)
 class Secrets:
-    """Every secret the service holds; `values()` feeds the redactor."""
+    """Every secret the service holds; `values()` feeds the redactor.
+
+    `values()` is one list, shared by everything that scrubs (the log formatter, the
+    journal, the Linear client): secrets learned while running, the Linear app's rotating
+    tokens, are added to it with `remember`, so each scrubber knows them from then on.
+    """
 
     webhook_secret: SecretStr | None
     linear_api_key: SecretStr | None
     operator_token: SecretStr | None
+    client_secret: SecretStr | None = None
+    _held: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._held[:] = self._fixed()
+
+    def _fixed(self) -> list[str]:
+        found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret)
+        return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
 
     def values(self) -> list[str]:
-        """The raw secret strings, for scrubbing text that leaves the process."""
-        found = (self.webhook_secret, self.linear_api_key, self.operator_token)
-        return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
+        """The raw secret strings, for scrubbing text that leaves the process (a live list)."""
+        return self._held
+
+    def remember(self, value: str) -> None:
+        """Scrub `value` from now on too (a token learned at run time). The newest
+        `LEARNED_KEPT` learned values are kept: older tokens were rotated out long ago."""
+        if not value or value in self._held:
+            return
+        self._held.append(value)
+        fixed = len(self._fixed())
+        extra = len(self._held) - fixed - LEARNED_KEPT
+        if extra > 0:
+            del self._held[fixed:fixed + extra]
 
 
 def read_secret_file(path: Path) -> SecretStr | None:
@@ -78,6 +106,7 @@ def load_secrets(config: Config, environ: dict[str, str]) -> Secrets:
         webhook_secret=pick(WEBHOOK_SECRET_ENV, config.linear.webhook_secret_file),
         linear_api_key=pick(API_KEY_ENV, config.linear.api_key_file),
         operator_token=read_secret_file(config.operator_token_path),
+        client_secret=pick(CLIENT_SECRET_ENV, config.linear.client_secret_file),
     )
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
+from urllib.parse import parse_qs
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Recorded:
     at: float
     headers: dict[str, str]
     body: dict[str, Any]
+    refused: bool = False  # answered 401: the token was not a live one
 
     @property
     def query(self) -> str:
@@ -31,6 +34,71 @@ class Recorded:
     @property
     def input(self) -> dict[str, Any]:
         return (self.body.get("variables") or {}).get("input") or {}
+
+
+@dataclass
+class FakeOAuth:
+    """Linear's OAuth token endpoint: 24-hour tokens whose refresh token rotates on every use.
+
+    `authorize` plays a workspace admin approving the app and returns the code Linear
+    would put in the redirect. `script` takes the next behaviours of the token endpoint:
+    "500", "drop", "slow" (longer than wakeline's read timeout is not needed: 1 s), or
+    "invalid_grant".
+    """
+
+    client_id: str = "client-1"
+    client_secret: str = "client-secret-0123456789abcdef"
+    lifetime_seconds: int = 24 * 3600
+    client_credentials_lifetime_seconds: int = 30 * 24 * 3600
+    script: list[str] = field(default_factory=list)
+    codes: dict[str, str] = field(default_factory=dict)  # code -> its redirect URI
+    access: dict[str, float] = field(default_factory=dict)  # token -> expiry (time.time())
+    refresh: set[str] = field(default_factory=set)  # refresh tokens not yet used
+    grants: list[str] = field(default_factory=list)  # grant_type of every accepted request
+    forms: list[dict[str, str]] = field(default_factory=list)  # every request's form
+
+    def authorize(self, redirect_uri: str) -> str:
+        """A code for `redirect_uri`, as after an admin approved the install."""
+        code = f"code-{uuid.uuid4().hex}"
+        self.codes[code] = redirect_uri
+        return code
+
+    def revoke(self) -> None:
+        """The app is uninstalled: no token works any more."""
+        self.access.clear()
+        self.refresh.clear()
+
+    def valid(self, header: str | None) -> bool:
+        """Whether an Authorization header carries a live access token."""
+        token = (header or "").removeprefix("Bearer ")
+        return time.time() < self.access.get(token, 0.0)
+
+    def token(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """Answer one token request: (status, body)."""
+        self.forms.append(form)
+        if (form.get("client_id"), form.get("client_secret")) != (self.client_id, self.client_secret):
+            return 401, {"error": "invalid_client", "error_description": "Client authentication failed"}
+        grant = form.get("grant_type")
+        if grant == "authorization_code":
+            if self.codes.pop(form.get("code", ""), None) != form.get("redirect_uri"):
+                return 400, {"error": "invalid_grant", "error_description": "Invalid or used code"}
+        elif grant == "refresh_token":
+            if form.get("refresh_token") not in self.refresh:
+                return 400, {"error": "invalid_grant", "error_description": "Invalid refresh token"}
+            self.refresh.discard(form["refresh_token"])  # rotated: spent
+        elif grant != "client_credentials":
+            return 400, {"error": "unsupported_grant_type"}
+        self.grants.append(str(grant))
+        lifetime = self.client_credentials_lifetime_seconds if grant == "client_credentials" \
+            else self.lifetime_seconds
+        access = f"fake-access-{uuid.uuid4().hex}"
+        self.access[access] = time.time() + lifetime
+        body: dict[str, Any] = {"access_token": access, "token_type": "Bearer",
+                                "expires_in": lifetime, "scope": "read,write,app:assignable,app:mentionable"}
+        if grant != "client_credentials":
+            body["refresh_token"] = f"fake-refresh-{uuid.uuid4().hex}"
+            self.refresh.add(body["refresh_token"])
+        return 200, body
 
 
 @dataclass
@@ -44,6 +112,8 @@ class FakeLinear:
     delays: dict[str, float] = field(default_factory=dict)  # extra seconds when the body holds the key
     # issue id -> {"project": id | None, "team": key, "state": {"id", "type"}}; others: not found
     issues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Set: the token endpoint is served, and GraphQL requests need one of its live tokens.
+    oauth: FakeOAuth | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -59,6 +129,8 @@ class FakeLinear:
         return gate
 
     def start(self) -> "FakeLinear":
+        if self._server is not None:
+            return self  # already serving (a test that needs its URL before the service)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,7 +139,16 @@ class FakeLinear:
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw_body = self.rfile.read(length)
+                if self.path.startswith("/oauth/token"):
+                    return self._token(raw_body)
+                body = json.loads(raw_body or b"{}")
+                if fake.oauth is not None and not fake.oauth.valid(self.headers.get("Authorization")):
+                    with fake._lock:
+                        fake.requests.append(Recorded(time.time(), dict(self.headers), body, True))
+                    return self._send(401, {"errors": [{
+                        "message": "Authentication required, not authenticated",
+                        "extensions": {"code": "AUTHENTICATION_ERROR"}}]})
                 with fake._lock:
                     behaviour = fake.script.pop(0) if fake.script else "ok"
                     fake.requests.append(Recorded(time.time(), dict(self.headers), body))
@@ -94,6 +175,26 @@ class FakeLinear:
                     return self._send(200, {"errors": [{"message": "Entity not found: AgentSession"}]})
                 self._send(200, fake.answer(body))
 
+            def _token(self, raw: bytes) -> None:
+                assert fake.oauth is not None, "no FakeOAuth configured"
+                form = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+                with fake._lock:
+                    behaviour = fake.oauth.script.pop(0) if fake.oauth.script else "ok"
+                if behaviour == "slow":
+                    time.sleep(1.0)
+                if behaviour == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if behaviour == "500":
+                    return self._send(500, {"error": "server_error"})
+                if behaviour == "invalid_grant":
+                    return self._send(400, {"error": "invalid_grant",
+                                            "error_description": "The refresh token was revoked"})
+                with fake._lock:
+                    status, answer = fake.oauth.token(form)
+                self._send(status, answer)
+
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 raw = json.dumps(payload).encode()
                 self.send_response(status)
@@ -119,6 +220,11 @@ class FakeLinear:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}/graphql"
 
+    @property
+    def oauth_url(self) -> str:
+        """The token endpoint (served when `oauth` is set)."""
+        return self.url.removesuffix("/graphql") + "/oauth/token"
+
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.handler is not None:
             return self.handler(body)
@@ -132,7 +238,10 @@ class FakeLinear:
             if update in query:
                 return {"data": {update: {"success": True}}}
         if "viewer" in query:
-            return {"data": {"viewer": {"id": "app-user-1", "name": "wakeline app"}}}
+            data = {"viewer": {"id": "app-user-1", "name": "wakeline app"}}
+            if "organization" in query:
+                data["organization"] = {"id": "org-test", "name": "Test workspace"}
+            return {"data": data}
         if "issue(id:" in query:
             issue_id = (body.get("variables") or {}).get("id")
             found = self.issues.get(str(issue_id))

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET
 from wakeline.config import Config
 from wakeline.logs import RedactingFormatter
-from wakeline.secrets import REDACTED, Secrets, load_secrets, redact
+from wakeline.secrets import LEARNED_KEPT, REDACTED, Secrets, load_secrets, redact
 
 
 def test_redact_scrubs_every_held_secret() -> None:
@@ -121,3 +122,20 @@ def test_formatter_scrubs_secrets_in_tracebacks(log_stream: LogStream) -> None:
     out = stream.getvalue()
     assert "Traceback" in out and "ValueError: bad secret" in out
     assert WEBHOOK_SECRET not in out
+
+
+def test_tokens_learned_at_run_time_are_scrubbed_by_every_holder_of_the_list() -> None:
+    held = Secrets(SecretStr("w" * 12), None, None, client_secret=SecretStr("c" * 12))
+    shared = held.values()  # what the log formatter and the journal were given at start-up
+    held.remember("fake-access-0123456789")
+    assert redact("token fake-access-0123456789 and " + "c" * 12, shared) == \
+        "token [redacted] and [redacted]"
+    for n in range(40):
+        held.remember(f"rotated-{n:04d}-token")
+    assert len(shared) == 2 + LEARNED_KEPT and "rotated-0039-token" in shared
+    assert "w" * 12 in shared and "c" * 12 in shared  # the fixed ones are never dropped
+
+
+def test_every_linear_credential_shape_is_scrubbed() -> None:
+    text = "lin_oauth_abcdef123456 lin_refresh_abcdef123456 lin_api_abcdef123456 lin_wh_abcdef123456"
+    assert redact(text, []) == " ".join(["[redacted]"] * 4)

@@ -108,13 +108,17 @@ class TurnEnv:
     settled: SettledSignal = field(default_factory=SettledSignal)
     ack_wait_seconds: float = 10.0
     runners: Executor | None = None  # the runner threads' pool (one per turn slot)
+    # False while no Linear token works: writes wait for one, so the agent need not.
+    linear_usable: Callable[[], bool] = lambda: True
 
     def await_replies(self, conversation_id: str) -> None:
         """Block (a runner thread, never an actor) until the conversation's earlier writes
         reached Linear, so the acknowledgement lands before the agent starts; give up after
         Linear's own 10 s window."""
         outbox = self.store.outbox
-        self.settled.wait_for(lambda: outbox.unsettled(conversation_id) == 0, self.ack_wait_seconds)
+        self.settled.wait_for(
+            lambda: outbox.unsettled(conversation_id) == 0 or not self.linear_usable(),
+            self.ack_wait_seconds)
         if self.runners is None:
             self.store.close()  # a thread of its own: its connection goes with it
 

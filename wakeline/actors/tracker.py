@@ -26,7 +26,8 @@ import pykka
 
 from wakeline.clock import Clock, to_ms
 from wakeline.errors import (
-    BudgetExhausted, PossiblyDispatched, ProviderRejected, RequiresConnectedLinear, WakelineError,
+    BudgetExhausted, LinearAuthUnavailable, PossiblyDispatched, ProviderRejected,
+    RequiresConnectedLinear, WakelineError,
 )
 from wakeline.models.conversations import OwnershipCheck
 from wakeline.models.outbox import EffectKind, EffectState, PendingEffect
@@ -89,6 +90,8 @@ class Tracker(pykka.ThreadingActor):
         self._ownership_backoff = tuple(ownership_backoff_seconds)
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: set[str] = set()
+        self._in_flight_targets: dict[str, str] = {}  # effect id -> its target
+        self._waiting_behind = False  # the last kick left a write behind one to its target
         self._sent: set[str] = set()  # in flight and handed to a worker: may be on the wire
         self._sent_lock = threading.Lock()
         self._listeners: list[Callable[[SettledWrite], None]] = []
@@ -106,6 +109,8 @@ class Tracker(pykka.ThreadingActor):
         unknown = self._store.outbox.recover(to_ms(self._clock.now()))
         if unknown:
             log.warning("writes of unknown outcome after a restart", extra={"count": unknown})
+        if self._client is not None:
+            self._pool.submit(self._warm_up)  # a due renewal (or a first fetch) off the actor
         self.check_ownership()
 
     def on_stop(self) -> None:
@@ -140,23 +145,38 @@ class Tracker(pykka.ThreadingActor):
                 self._publish(SettledWrite(effect.id, effect.kind, effect.target,
                                            EffectState.REJECTED, ()))
             return
-        # Durably marked before any of them leaves: one transaction for the whole kick.
-        marked = set(self._store.outbox.mark_all_dispatched([e.id for e in effects], now))
+        if not self._client.credential.usable():
+            return  # no token works: they wait, prepared, until one does (auth listener kicks)
+        # One write per target at a time, oldest first: a session's acknowledgement, progress
+        # and answer land in the order they were made, also after they waited for a token.
+        busy = set(self._in_flight_targets.values())
+        ready = []
         for effect in effects:
+            if effect.target not in busy:
+                busy.add(effect.target)
+                ready.append(effect)
+        self._waiting_behind = len(ready) < len(effects)
+        # Durably marked before any of them leaves: one transaction for the whole kick.
+        marked = set(self._store.outbox.mark_all_dispatched([e.id for e in ready], now))
+        for effect in ready:
             if effect.id not in marked:
                 continue
             self._cache.retire()  # a write is on its way: what was looked up may change
             self._in_flight.add(effect.id)
+            self._in_flight_targets[effect.id] = effect.target
             assert self._pool is not None
             self._pool.submit(self._send, effect)
 
     def settled(self, write: SettledWrite | None, effect_id: str) -> None:
         """A worker recorded an effect's outcome (None: it never left, the budget refused)."""
         self._in_flight.discard(effect_id)
+        self._in_flight_targets.pop(effect_id, None)
         with self._sent_lock:
             self._sent.discard(effect_id)
         if write is not None:
             self._publish(write)
+        if self._waiting_behind:
+            self.kick()  # the next write to the same target may go now
 
     def _publish(self, write: SettledWrite) -> None:
         for listener in self._listeners:
@@ -223,6 +243,16 @@ class Tracker(pykka.ThreadingActor):
         """True when a credential is configured."""
         return self._client is not None
 
+    def _warm_up(self) -> None:
+        """On a worker: renew the token now if it is due (or fetch a first one)."""
+        try:
+            assert self._client is not None
+            self._client.credential.header()
+        except LinearAuthUnavailable as exc:
+            log.warning("no working Linear token", extra={"error": exc.detail})
+        except Exception:
+            log.exception("preparing the Linear token failed")
+
     # --- worker side -------------------------------------------------------------------------
 
     def _send(self, effect: PendingEffect) -> None:
@@ -235,8 +265,8 @@ class Tracker(pykka.ThreadingActor):
             assert self._client is not None
             body = self._client.execute(query, variables)
             state, ids = EffectState.CONFIRMED, tuple(_created_ids(body))
-        except BudgetExhausted:
-            state = None
+        except (BudgetExhausted, LinearAuthUnavailable):
+            state = None  # never left (or Linear refused the token, running nothing): it waits
         except ProviderRejected as exc:
             state, error = EffectState.REJECTED, exc.detail
         except PossiblyDispatched as exc:

@@ -11,10 +11,11 @@ from pydantic import SecretStr
 
 from wakeline.config import Config
 from wakeline.http.auth import lanes
-from wakeline.http.linear import ACCOUNT_SETTING, credential_fingerprint
 from wakeline.models.health import check_store
 from wakeline.models.store import Store
-from wakeline.providers.linear.client import credential_kind
+from wakeline.providers.linear.account import ACCOUNT_SETTING, credential_fingerprint
+from wakeline.providers.linear.credentials import AppCredential, Credential
+from wakeline.providers.linear.token_file import TokenFile
 from wakeline.secrets import read_secret_file
 from wakeline.checks import command_checks, disk_check, route_checks
 from wakeline.tokens import Lane
@@ -48,11 +49,12 @@ class Doctor:
     """`GET /v1/doctor`: `{"ok", "checks": [{"name", "ok", "detail"}], "linear": {...}}`."""
 
     def __init__(self, config: Config, store: Store, secrets: Secrets | None,
-                 budget: RequestBudget | None) -> None:
+                 budget: RequestBudget | None, credential: Credential | None = None) -> None:
         self._config = config
         self._store = store
         self._secrets = secrets
         self._budget = budget
+        self._credential = credential
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -79,49 +81,76 @@ class Doctor:
 
     def _secret_checks(self) -> list[dict[str, Any]]:
         s, cfg = self._secrets, self._config
-        return [
+        checks = [
             _secret("webhook_secret", s.webhook_secret if s else None, cfg.path(cfg.linear.webhook_secret_file),
                     required=True, missing="missing: every delivery is refused (run `wakeline init`)"),
             _secret("linear_api_key", s.linear_api_key if s else None, cfg.path(cfg.linear.api_key_file),
-                    required=False, missing="not set: the local backend (no writes to Linear)"),
+                    required=False, missing="not set: the local backend (no writes to Linear)"
+                    if not cfg.linear.client_id else "not set (the app's token is used)"),
             _secret("operator_token", s.operator_token if s else None, cfg.operator_token_path,
                     required=True, missing="missing"),
         ]
+        if cfg.linear.client_id:
+            checks.append(_secret(
+                "linear_client_secret", s.client_secret if s else None,
+                cfg.path(cfg.linear.client_secret_file), required=True,
+                missing="missing: the app's token cannot be installed or renewed (put the client "
+                        "secret in linear.client_secret_file, then restart)"))
+        return checks
 
     def _linear(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        key = self._secrets.linear_api_key if self._secrets else None
-        credential = key.get_secret_value() if key is not None else None
-        kind = credential_kind(credential)
+        credential = self._credential
+        kind = credential.kind if credential is not None else "none"
+        auth = credential.state() if credential is not None else None
         account = self._store.get_setting(ACCOUNT_SETTING)
         shown = {k: account.get(k) for k in ("id", "name", "kind", "connectedAt")} if account else None
-        checks = [_check("linear_credential", True, kind if credential else "none (local backend)")]
+        checks = [_check("linear_credential", True,
+                         kind if credential is not None else "none (local backend)")]
+        if isinstance(credential, AppCredential):
+            checks.append(self._token_check(credential))
         if credential is None:
             checks.append(_check("linear_account", True, "no credential"))
         elif not account:
             checks.append(_check("linear_account", False,
-                                 "not verified yet: run `wakeline linear connect`"))
-        elif account.get("credentialFingerprint") != credential_fingerprint(credential):
+                                 "not verified yet: run `wakeline linear connect`"
+                                 if kind != "app" else "not installed: run `wakeline linear install`"))
+        elif account.get("credentialFingerprint") != credential_fingerprint(credential.identity()):
             checks.append(_check("linear_account", False,
                                  f"recorded {account.get('name')} ({account.get('id')}) for another "
                                  "credential: run `wakeline linear connect` again"))
         else:
             checks.append(_check("linear_account", True, f"{account.get('name')} ({account.get('id')})"))
-        usable = credential is not None
+        usable = auth is not None and auth.ok
         checks.append(_check(
-            "linear_graphql", True,
-            f"usable as {kind}" if usable
-            else "not usable: no Linear credential (set the API key file or $WAKELINE_LINEAR_API_KEY, then restart)",
+            "linear_graphql", credential is None or usable,
+            f"usable as {kind}" if usable else
+            "not usable: no Linear credential (set the API key file or $WAKELINE_LINEAR_API_KEY, "
+            "or linear.client_id, then restart)" if credential is None else
+            f"not usable: {auth.detail if auth else ''} ({auth.fix if auth else ''})",
         ))
         per_hour = self._config.linear.request_budget_per_hour
         used = self._budget.used() if self._budget is not None else 0
         checks.append(_check("linear_budget", used < per_hour,
                              f"{used} of {per_hour} requests used in the last hour"))
         summary = {"credentialKind": kind, "account": shown, "graphqlUsable": usable,
+                   "auth": auth.to_json() if auth is not None else None,
                    "budget": {"usedThisHour": used, "perHour": per_hour}}
         return summary, checks
 
+    def _token_check(self, credential: AppCredential) -> dict[str, Any]:
+        """The app's token file: owner-only, and a token that works."""
+        path = self._config.oauth_token_path
+        auth = credential.state()
+        mode = TokenFile(path).mode()
+        if mode is not None and mode & 0o077:
+            return _check("linear_token", False,
+                          f"{path}: mode {mode:04o}, should be 0600 (chmod 600 {path})")
+        where = f"{path} (mode {mode:04o})" if mode is not None else "no token file"
+        detail = f"{where}: {auth.detail}" + (f"; fix: {auth.fix}" if auth.fix else "")
+        return _check("linear_token", auth.ok, detail)
+
 
 def add_routes(app: falcon.App, config: Config, store: Store, secrets: Secrets | None,
-               budget: RequestBudget | None) -> None:
+               budget: RequestBudget | None, credential: Credential | None = None) -> None:
     """Mount the doctor."""
-    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget))
+    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget, credential))

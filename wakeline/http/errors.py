@@ -31,6 +31,7 @@ STATUS: dict[type[e.WakelineError], int] = {
     e.ProviderRejected: 502,
     e.PossiblyDispatched: 504,
     e.RequiresConnectedLinear: 503,
+    e.InstallRefused: 400,
 }
 
 # Codes for falcon's own errors (routing, methods), so every error body is {"error": CODE}.

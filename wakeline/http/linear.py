@@ -22,15 +22,14 @@ on disk before the request leaves, so its webhook echo is recognised.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 import pykka
 
 from wakeline.actors.conversation import SettledSignal
-from wakeline.clock import Clock, iso, to_ms
+from wakeline.clock import Clock, to_ms
 from wakeline.errors import (
     BadRequest, ConfirmMismatch, InvalidQuery, LaneRefused, PossiblyDispatched, ProviderRejected,
     RequiresConnectedLinear, TargetUnnameable, WakelineError,
@@ -40,31 +39,21 @@ from wakeline.http.params import json_body
 from wakeline.models.outbox import EffectState
 from wakeline.models.store import Store
 from wakeline.providers.linear import replies
-from wakeline.providers.linear.client import credential_kind
+from wakeline.providers.linear.account import record_account, recorded_account
+from wakeline.providers.linear.credentials import Credential
 from wakeline.providers.linear.graphql_guard import Analysis, analyze, mark_creates
 from wakeline.providers.linear.intents import write_intents
 from wakeline.tokens import Grant, Lane
 
-if TYPE_CHECKING:
-    from wakeline.secrets import Secrets
-
 log = logging.getLogger(__name__)
 
 MUTATING_LANES = frozenset({Lane.OPERATOR, Lane.WORKER})
-ACCOUNT_SETTING = "linear.account"
 VIEWER_QUERY = "query WakelineViewer { viewer { id name } }"
 ASK_TIMEOUT_SECONDS = 10.0
 # The client gives up after 5 s to connect and 30 s to read; a little more covers the queue.
 CALL_TIMEOUT_SECONDS = 40.0
 COMMENT_WAIT_SECONDS = 30.0
 PENDING_STATES = frozenset({EffectState.PREPARED.value, EffectState.DISPATCHED.value})
-
-
-def credential_fingerprint(credential: str | None) -> str | None:
-    """A short digest that tells whether the recorded account belongs to today's credential."""
-    if not credential:
-        return None
-    return hashlib.sha256(credential.encode()).hexdigest()[:16]
 
 
 class TrackerCalls:
@@ -106,22 +95,21 @@ class TrackerCalls:
 class Account:
     """wakeline's own Linear account: what "same account" means in echo rules."""
 
-    def __init__(self, store: Store, calls: TrackerCalls, secrets: Secrets | None, clock: Clock) -> None:
+    def __init__(self, store: Store, calls: TrackerCalls, credential: Credential | None,
+                 clock: Clock) -> None:
         self._store = store
         self._calls = calls
-        self._secrets = secrets
+        self._credential_source = credential
         self._clock = clock
 
     def _credential(self) -> str | None:
-        key = self._secrets.linear_api_key if self._secrets else None
-        return key.get_secret_value() if key is not None else None
+        """Who the credential acts as (a key, or the app), for the account's fingerprint."""
+        return self._credential_source.identity() if self._credential_source else None
 
     def known(self) -> str | None:
         """The recorded account's id, if it was recorded for today's credential."""
-        account = self._store.get_setting(ACCOUNT_SETTING)
-        if not account or account.get("credentialFingerprint") != credential_fingerprint(self._credential()):
-            return None
-        return str(account["id"])
+        account = recorded_account(self._store, self._credential())
+        return str(account["id"]) if account else None
 
     def ensure(self) -> str:
         """The account id, asking Linear once (`viewer`) when none is recorded."""
@@ -129,19 +117,15 @@ class Account:
 
     def connect(self) -> dict[str, Any]:
         """One `viewer` query; the account Linear names is recorded and returned."""
-        credential = self._credential()
         answer = self._calls.run(VIEWER_QUERY, None, "WakelineViewer")
         viewer = (answer.get("data") or {}).get("viewer")
         if not isinstance(viewer, dict) or not isinstance(viewer.get("id"), str):
             raise ProviderRejected("Linear's answer names no viewer")
-        account = {
-            "id": viewer["id"],
-            "name": viewer.get("name") if isinstance(viewer.get("name"), str) else None,
-            "kind": credential_kind(credential),
-            "connectedAt": iso(to_ms(self._clock.now())),
-            "credentialFingerprint": credential_fingerprint(credential),
-        }
-        self._store.set_setting(ACCOUNT_SETTING, account)
+        account = record_account(
+            self._store, account_id=viewer["id"],
+            name=viewer.get("name") if isinstance(viewer.get("name"), str) else None,
+            kind=self._credential_source.kind if self._credential_source else "none",
+            identity=self._credential(), now_ms=to_ms(self._clock.now()))
         log.info("linear account recorded", extra={"account_id": account["id"], "kind": account["kind"]})
         return account
 
@@ -304,11 +288,11 @@ class Connect:
 
 
 def add_routes(app: falcon.App, store: Store, clock: Clock, tracker: Any, settled: SettledSignal | None,
-               secrets: Secrets | None) -> None:
+               credential: Credential | None) -> None:
     """Mount the `/v1/linear/*` resources; `settled` wakes comment writes as the tracker settles them."""
     calls = TrackerCalls(tracker)
     settled = settled or SettledSignal()
-    account = Account(store, calls, secrets, clock)
+    account = Account(store, calls, credential, clock)
     app.add_route("/v1/linear/graphql", GraphQL(calls, store, clock, account))
     app.add_route("/v1/linear/comment", Comment(store, calls, tracker, settled, clock))
     app.add_route("/v1/linear/connect", Connect(account))

@@ -11,7 +11,9 @@ from wakeline import __version__
 from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.errors import BadRequest
-from wakeline.http import conversations, doctor, effects, errors, journal as journal_routes, linear
+from wakeline.http import (
+    conversations, doctor, effects, errors, install, journal as journal_routes, linear,
+)
 from wakeline.http.auth import BearerAuth, lanes
 from wakeline.http.params import int_param, json_body
 from wakeline.http.health import Health
@@ -23,18 +25,22 @@ from wakeline.tokens import Lane, TokenRegistry
 if TYPE_CHECKING:
     from wakeline.journal import JournalFile
     from wakeline.providers.linear.client import RequestBudget
+    from wakeline.providers.linear.credentials import Credential
+    from wakeline.providers.linear.install import Installer
     from wakeline.secrets import Secrets
 
 
 class Status:
     """`GET /v1/status`."""
 
-    def __init__(self, store: Store, inbox: Inbox, clock: Clock, live_actors: Callable[[], int]) -> None:
+    def __init__(self, store: Store, inbox: Inbox, clock: Clock, live_actors: Callable[[], int],
+                 credential: Credential | None = None) -> None:
         self._store = store
         self._inbox = inbox
         self._clock = clock
         self._started = clock.monotonic()
         self._live_actors = live_actors
+        self._credential = credential
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -58,6 +64,9 @@ class Status:
             "inbox": {"unread": counts.inbox_unread},
             "liveActors": self._live_actors(),
             "threads": threading.active_count(),
+            "linear": self._credential.state().to_json() if self._credential is not None else
+            {"ok": False, "state": "none", "kind": "none",
+             "detail": "no Linear credential: the local backend (nothing is written to Linear)"},
         }
 
 
@@ -150,20 +159,23 @@ def create_operator_app(
     budget: RequestBudget | None = None,
     echo_memory: Any = None,
     journal: JournalFile | None = None,
+    credential: Credential | None = None,
+    installer: Installer | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))
-    app.add_route("/v1/status", Status(store, inbox, clock, live_actors))
+    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential))
     app.add_route("/v1/following", Following(inbox))
     app.add_route("/v1/inbox", InboxPage(inbox))
     app.add_route("/v1/inbox/ack", InboxAck(inbox))
     conversations.add_routes(app, store, supervisor)
-    linear.add_routes(app, store, clock, tracker, settled, secrets)
+    linear.add_routes(app, store, clock, tracker, settled, credential)
+    install.add_routes(app, installer)
     effects.add_routes(app, store, echo_memory)
-    doctor.add_routes(app, config, store, secrets, budget)
+    doctor.add_routes(app, config, store, secrets, budget, credential)
     journal_routes.add_routes(app, journal)
     return app
 

@@ -94,7 +94,7 @@ _PREPARE = (
 )
 _PREPARED = (
     "SELECT id, kind, target, body FROM effects WHERE state = 'prepared' AND kind != 'mutation'"
-    " ORDER BY created_at, id LIMIT ?"
+    " ORDER BY created_at, rowid LIMIT ?"  # rowid: the order they were prepared in
 )
 _DISPATCH = (
     "UPDATE effects SET state = 'dispatched', dispatched_at = ? WHERE id = ? AND state = 'prepared'"

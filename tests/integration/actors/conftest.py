@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import pytest
 import requests
+from pydantic import SecretStr
 
 from tests.conftest import OPERATOR_TOKEN, signed
 from tests.fakes.linear import FakeLinear
@@ -64,7 +65,8 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
 
     def start(mode: str = "ok", arg: str = "", *, linear: FakeLinear | None = None,
               routes: list[dict[str, Any]] | None = None, credential: bool = True,
-              linear_config: dict[str, Any] | None = None, **agent: Any) -> Harness:
+              linear_config: dict[str, Any] | None = None, client_secret: str | None = None,
+              **agent: Any) -> Harness:
         argv = [sys.executable, str(AGENT), mode] + ([arg] if arg else [])
         fake = linear or FakeLinear()
         fakes.append(fake.start())
@@ -79,6 +81,8 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         env = {"PATH": "/usr/bin:/bin", "FAKE_AGENT_LOG": str(log),
                "WAKELINE_LINEAR_API_KEY": "must-not-leak", "UNRELATED": "kept"}
         keys = secrets if credential else replace(secrets, linear_api_key=None)
+        if client_secret is not None:
+            keys = replace(keys, client_secret=SecretStr(client_secret))
         service = build_service(config, keys, base_env=env, tick_seconds=0.05,
                                 ownership_backoff_seconds=(0.2,))
         service.turn_env.kill_grace_seconds = 0.5

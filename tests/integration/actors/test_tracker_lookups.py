@@ -17,6 +17,7 @@ from wakeline.clock import SystemClock
 from wakeline.models.plans import AdmissionPlan, Decision, NewConversation
 from wakeline.models.states import Outcome, Ownership
 from wakeline.models.store import Store
+from wakeline.providers.linear.credentials import StaticCredential
 from wakeline.providers.linear.client import LinearClient, RequestBudget
 
 
@@ -43,7 +44,7 @@ def ownership(store: Store, cid: str) -> str:
 
 
 def start(store: Store, fake: FakeLinear, clock: SystemClock, budget: int = 100) -> Any:
-    client = LinearClient(fake.url, LINEAR_KEY, RequestBudget(budget, clock), [])
+    client = LinearClient(fake.url, StaticCredential(LINEAR_KEY), RequestBudget(budget, clock), [])
     owners = {"project-p": ("ops", False)}
     return Tracker.start(store, client, clock, owner_of=lambda team, project: owners.get(project or ""),
                          ownership_backoff_seconds=(0.05,)).proxy()

@@ -82,7 +82,8 @@ def test_status_has_the_contract_shape(operator: Any) -> None:
     assert resp.status_code == 200
     data = resp.json
     assert set(data) == {"version", "uptimeSeconds", "following", "conversations", "fifo", "inbox",
-                         "liveActors", "threads"}
+                         "liveActors", "threads", "linear"}
+    assert data["linear"]["state"] == "none" and data["linear"]["ok"] is False
     assert set(data["conversations"]) == {"total", "running", "stalled", "waitingOwnership",
                                           "terminal", "completed", "canceled"}
     assert set(data["fifo"]) == {"pending", "claimed", "held"}

@@ -8,7 +8,8 @@ import pytest
 
 from wakeline.clock import SystemClock
 from wakeline.errors import BudgetExhausted
-from wakeline.providers.linear.client import RequestBudget, auth_header, credential_kind
+from wakeline.providers.linear.client import RequestBudget
+from wakeline.providers.linear.credentials import auth_header, credential_kind
 
 
 def test_personal_keys_go_bare_and_tokens_as_bearer() -> None:

@@ -58,6 +58,10 @@ class LinearWebhooks:
         self._freshness_ms = freshness_seconds * 1000
         self._organization_id = organization_id
 
+    def restrict_to(self, organization_id: str) -> None:
+        """Refuse deliveries of any other organization from now on (the installed app's)."""
+        self._organization_id = organization_id
+
     def read(
         self, body: bytes, *, signature: str | None, delivery_id: str | None, now_ms: int
     ) -> InboundDelivery:

@@ -1,6 +1,8 @@
 """The wire to Linear's GraphQL API: one attempt per call, a request budget, honest errors.
 
-`LinearClient.execute` never retries. A definite refusal (GraphQL errors, a
+`LinearClient.execute` never retries, but for a request Linear refused as
+unauthenticated (which it did not run): that one goes once more with a renewed
+token (`credentials.py`). A definite refusal (GraphQL errors, a
 4xx, RATELIMITED, which Linear may send with HTTP 400) raises
 `ProviderRejected` with Linear's message, secrets redacted; a network error or
 a 5xx raises `PossiblyDispatched`, because the request may have reached Linear.
@@ -18,7 +20,10 @@ from typing import Any
 import requests
 
 from wakeline.clock import Clock
-from wakeline.errors import BudgetExhausted, PossiblyDispatched, ProviderRejected
+from wakeline.errors import (
+    BudgetExhausted, LinearAuthUnavailable, PossiblyDispatched, ProviderRejected,
+)
+from wakeline.providers.linear.credentials import Credential
 from wakeline.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -26,18 +31,6 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 30.0
 MESSAGE_MAX_CHARS = 1_000
-
-
-def auth_header(credential: str) -> str:
-    """Personal API keys go bare; OAuth and app tokens as Bearer."""
-    return credential if credential.startswith("lin_api_") else f"Bearer {credential}"
-
-
-def credential_kind(credential: str | None) -> str:
-    """`personal_api_key`, `oauth_token`, or `none`."""
-    if not credential:
-        return "none"
-    return "personal_api_key" if credential.startswith("lin_api_") else "oauth_token"
 
 
 @dataclass
@@ -96,41 +89,69 @@ class RequestBudget:
 
 
 class LinearClient:
-    """Sends GraphQL operations to Linear with one credential."""
+    """Sends GraphQL operations to Linear with one credential.
 
-    def __init__(self, api_url: str, credential: str, budget: RequestBudget,
+    A request Linear refuses as unauthenticated (HTTP 401, or `AUTHENTICATION_ERROR`) was
+    not run, so it is the one case sent again: once, after the credential renewed itself
+    (or found that another thread already had). Every other failure is never resent.
+    """
+
+    def __init__(self, api_url: str, credential: Credential, budget: RequestBudget,
                  secret_values: list[str]) -> None:
         self._url = api_url
         self._budget = budget
-        self._secrets = [*secret_values, credential]
+        self._credential = credential
+        self._secrets = secret_values  # a live list: the credential adds its tokens to it
         self._session = requests.Session()
-        self._session.headers.update({
-            "Authorization": auth_header(credential),
-            "Content-Type": "application/json",
-            "User-Agent": "wakeline",
-        })
+        self._session.headers.update({"Content-Type": "application/json", "User-Agent": "wakeline"})
+
+    @property
+    def credential(self) -> Credential:
+        """Where the `Authorization` header comes from."""
+        return self._credential
 
     def execute(self, query: str, variables: dict[str, Any] | None = None,
-                operation_name: str | None = None) -> dict[str, Any]:
-        """Send one operation once; returns the whole GraphQL response (`data`, maybe `errors`)."""
-        self._budget.take()
+                operation_name: str | None = None, *,
+                authorization: str | None = None) -> dict[str, Any]:
+        """Send one operation once; returns the whole GraphQL response (`data`, maybe `errors`).
+
+        `authorization` overrides the credential (an install checks its new token with it).
+
+        Raises:
+            LinearAuthUnavailable: no token works; nothing was run.
+        """
         payload: dict[str, Any] = {"query": query}
         if variables:
             payload["variables"] = variables
         if operation_name:
             payload["operationName"] = operation_name
+        header = authorization or self._credential.header()
+        self._budget.take()
+        resp = self._post(payload, header)
+        if _unauthenticated(resp) and authorization is None:
+            fresh = self._credential.refused(header)
+            if fresh is None:
+                raise LinearAuthUnavailable(self._credential.state().detail)
+            log.info("linear refused the token; sending once more with a renewed one")
+            self._budget.take()
+            resp = self._post(payload, fresh)
+            if _unauthenticated(resp):
+                self._credential.failed(fresh, "Linear refused the app's renewed token")
+                raise LinearAuthUnavailable(self._credential.state().detail)
+        return self._read(resp)
+
+    def _post(self, payload: dict[str, Any], header: str) -> requests.Response:
         try:
-            resp = self._session.post(self._url, json=payload,
+            return self._session.post(self._url, json=payload, headers={"Authorization": header},
                                       timeout=(CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS))
         except requests.RequestException as exc:
             raise PossiblyDispatched(f"no answer from Linear ({exc.__class__.__name__})") from None
+
+    def _read(self, resp: requests.Response) -> dict[str, Any]:
         self._budget.observe(resp.headers)
         if resp.status_code >= 500:
             raise PossiblyDispatched(f"Linear answered {resp.status_code}")
-        try:
-            body = resp.json()
-        except ValueError:
-            body = None
+        body = _json(resp)
         if not isinstance(body, dict):
             if resp.status_code >= 400:
                 raise ProviderRejected(f"Linear answered {resp.status_code}", status=resp.status_code)
@@ -138,7 +159,7 @@ class LinearClient:
         errors = body.get("errors")
         if errors or resp.status_code >= 400:
             raise ProviderRejected(self._message(errors, resp.status_code), status=resp.status_code,
-                                   codes=self._codes(errors))
+                                   codes=error_codes(errors))
         return body
 
     def _message(self, errors: Any, status: int) -> str:
@@ -149,11 +170,29 @@ class LinearClient:
         text = "; ".join(messages) or f"Linear answered {status}"
         return redact(text, self._secrets)[:MESSAGE_MAX_CHARS]
 
-    @staticmethod
-    def _codes(errors: Any) -> list[str]:
-        codes = []
-        for err in errors if isinstance(errors, list) else []:
-            ext = err.get("extensions") if isinstance(err, dict) else None
-            if isinstance(ext, dict) and isinstance(ext.get("code"), str):
-                codes.append(ext["code"])
-        return codes
+
+def error_codes(errors: Any) -> list[str]:
+    """The `extensions.code` of each GraphQL error."""
+    codes = []
+    for err in errors if isinstance(errors, list) else []:
+        ext = err.get("extensions") if isinstance(err, dict) else None
+        if isinstance(ext, dict) and isinstance(ext.get("code"), str):
+            codes.append(ext["code"])
+    return codes
+
+
+def _json(resp: requests.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def _unauthenticated(resp: requests.Response) -> bool:
+    """Linear refused the token itself (so it ran nothing): 401, or AUTHENTICATION_ERROR."""
+    if resp.status_code == 401:
+        return True
+    if resp.status_code >= 500 or "AUTHENTICATION_ERROR" not in resp.text:
+        return False
+    body = _json(resp)
+    return isinstance(body, dict) and "AUTHENTICATION_ERROR" in error_codes(body.get("errors"))

@@ -1,0 +1,402 @@
+"""Where the Linear client's `Authorization` comes from: one credential, refreshed in place.
+
+`StaticCredential` is a personal API key (or a pasted token) read at start-up.
+`AppCredential` is the OAuth app's own token (decision 0020): for
+`grant = "authorization_code"` the pair `wakeline linear install` stored, renewed with
+its rotating refresh token; for `"client_credentials"` a 30-day token fetched with the
+client id and secret. Either is renewed before a tenth of its life is left, and once
+when Linear refuses it (`refused`): one renewal at a time in this process (a lock) and
+across processes (the token file's lock), the new pair durable before it is used.
+
+When no token works (not installed, the refresh token revoked, the app uninstalled,
+the token endpoint down past the token's expiry) `header` raises
+`LinearAuthUnavailable`: Linear ran nothing, so writes wait and go out once a token
+works again, which a new install (or a token file written by another process) makes
+happen. `usable` tells that without blocking; listeners hear every change of state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable, Literal, Protocol
+
+from wakeline.clock import Clock, iso, to_ms
+from wakeline.errors import LinearAuthUnavailable
+from wakeline.providers.linear.oauth import (
+    Grant, TokenEndpoint, TokenEndpointUnavailable, TokenRefused,
+)
+from wakeline.providers.linear.token_file import StoredTokens, TokenFile, TokenFileInvalid
+
+log = logging.getLogger(__name__)
+
+# Renew once only this fraction of a token's life is left.
+REFRESH_WHEN_LEFT = 0.1
+# After the token endpoint failed to answer, wait this long before asking again.
+RETRY_AFTER_MS = 60_000
+INSTALL_FIX = "run `wakeline linear install`"
+
+AuthCondition = Literal["ok", "none", "not_installed", "refused", "unreachable", "invalid_file"]
+
+
+@dataclass(frozen=True)
+class AuthState:
+    """Whether a Linear token works, and if not, why and what fixes it."""
+
+    condition: AuthCondition
+    kind: str
+    detail: str
+    fix: str | None = None
+    expires_ms: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when a token is expected to work."""
+        return self.condition == "ok"
+
+    def to_json(self) -> dict[str, object]:
+        """The API's shape: `{"ok", "state", "kind", "detail", "fix"?, "expiresAt"?}`."""
+        out: dict[str, object] = {"ok": self.ok, "state": self.condition, "kind": self.kind,
+                                  "detail": self.detail}
+        if self.fix:
+            out["fix"] = self.fix
+        if self.expires_ms is not None:
+            out["expiresAt"] = iso(self.expires_ms)
+        return out
+
+
+class Credential(Protocol):
+    """What the Linear client needs of its credential."""
+
+    kind: str
+
+    def header(self) -> str:
+        """The `Authorization` value to send now (renewed first when due).
+
+        Raises:
+            LinearAuthUnavailable: no token works now; nothing may be sent.
+        """
+        ...
+
+    def refused(self, header: str) -> str | None:
+        """Linear refused `header` (401): the header to send once more, or None if none works."""
+        ...
+
+    def failed(self, header: str, detail: str) -> None:
+        """Linear refused a header even after a renewal: no token works until things change."""
+        ...
+
+    def usable(self) -> bool:
+        """Without blocking: is a token expected to work (or worth a try) now?"""
+        ...
+
+    def state(self) -> AuthState:
+        """The current state, for status, doctor and metrics."""
+        ...
+
+    def identity(self) -> str | None:
+        """A stable name of who the credential acts as (the account's fingerprint source)."""
+        ...
+
+
+def auth_header(credential: str) -> str:
+    """Personal API keys go bare; OAuth and app tokens as Bearer."""
+    return credential if credential.startswith("lin_api_") else f"Bearer {credential}"
+
+
+def credential_kind(credential: str | None) -> str:
+    """`personal_api_key`, `oauth_token`, or `none`."""
+    if not credential:
+        return "none"
+    return "personal_api_key" if credential.startswith("lin_api_") else "oauth_token"
+
+
+class _Listeners:
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[AuthState], None]] = []
+
+    def subscribe(self, listener: Callable[[AuthState], None]) -> None:
+        """Be told of every change of state (on the thread that changed it)."""
+        self._listeners.append(listener)
+
+    def tell(self, state: AuthState) -> None:
+        for listener in self._listeners:
+            try:
+                listener(state)
+            except Exception:
+                log.exception("auth listener failed")
+
+
+class StaticCredential(_Listeners):
+    """A key read at start-up; Linear refusing it is final until it is replaced."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__()
+        self._value = value
+        self.kind = credential_kind(value)
+        self._problem: str | None = None
+
+    def header(self) -> str:
+        """The key as Linear wants it."""
+        if self._problem is not None:
+            raise LinearAuthUnavailable(self._problem)
+        return auth_header(self._value)
+
+    def refused(self, header: str) -> str | None:
+        """A key cannot be renewed."""
+        self.failed(header, "Linear refused the API key")
+        return None
+
+    def failed(self, header: str, detail: str) -> None:
+        """No write goes out until the key is replaced and the service restarted."""
+        if self._problem is None:
+            self._problem = f"{detail}: replace linear.api_key_file (or $WAKELINE_LINEAR_API_KEY) " \
+                            "and restart"
+            log.error("linear credential refused", extra={"kind": self.kind})
+            self.tell(self.state())
+
+    def usable(self) -> bool:
+        """True until Linear refused the key."""
+        return self._problem is None
+
+    def state(self) -> AuthState:
+        """ok, or refused."""
+        if self._problem is not None:
+            return AuthState("refused", self.kind, self._problem,
+                             "replace the key in linear.api_key_file and restart")
+        return AuthState("ok", self.kind, f"a static {self.kind.replace('_', ' ')}")
+
+    def identity(self) -> str | None:
+        """The key itself (only its digest is ever stored)."""
+        return self._value
+
+
+class AppCredential(_Listeners):
+    """The OAuth app's token, kept in the token file and renewed before it runs out."""
+
+    kind = "app"
+
+    def __init__(self, grant: Literal["authorization_code", "client_credentials"], client_id: str,
+                 file: TokenFile, endpoint: TokenEndpoint | None, clock: Clock,
+                 remember: Callable[[str], None] = lambda value: None) -> None:
+        super().__init__()
+        self.grant = grant
+        self._client_id = client_id
+        self._file = file
+        self._endpoint = endpoint
+        self._clock = clock
+        self._remember = remember
+        self._lock = threading.Lock()  # one renewal at a time in this process
+        self._tokens: StoredTokens | None = None
+        self._stamp: object = None
+        self._problem: AuthState | None = None
+        self._retry_at = 0
+        self._state = AuthState("not_installed", self.kind, "not installed yet", INSTALL_FIX)
+        with self._lock:
+            self._load()
+
+    # --- what the client asks ----------------------------------------------------------------
+
+    def header(self) -> str:
+        """The current access token as Bearer, renewed first when a tenth of its life is left."""
+        with self._lock:
+            self._load()
+            now = self._now()
+            if self._problem is not None and not self._may_retry(now):
+                raise LinearAuthUnavailable(self._problem.detail + f" ({self._problem.fix})")
+            tokens = self._tokens
+            if tokens is None or now >= tokens.refresh_due_ms(REFRESH_WHEN_LEFT):
+                if tokens is None and self.grant == "authorization_code":
+                    raise LinearAuthUnavailable(f"the Linear app is not installed ({INSTALL_FIX})")
+                if now >= self._retry_at or tokens is None or now >= tokens.expires_ms:
+                    self._renew(tokens.access_token if tokens else None, now, forced=False)
+            assert self._tokens is not None
+            return f"Bearer {self._tokens.access_token}"
+
+    def refused(self, header: str) -> str | None:
+        """Renew once, unless someone already did since `header` was handed out."""
+        with self._lock:
+            self._load()
+            current = f"Bearer {self._tokens.access_token}" if self._tokens else None
+            if self._problem is not None and not self._may_retry(self._now()):
+                return None  # already known: renewing again would be refused again
+            if current is not None and current != header:
+                return current
+            try:
+                self._renew(header.removeprefix("Bearer "), self._now(), forced=True)
+            except LinearAuthUnavailable:
+                return None
+            assert self._tokens is not None
+            return f"Bearer {self._tokens.access_token}"
+
+    def failed(self, header: str, detail: str) -> None:
+        """A fresh token was refused too: the app is likely uninstalled."""
+        with self._lock:
+            self._set_problem(AuthState("refused", self.kind, detail, INSTALL_FIX))
+
+    def usable(self) -> bool:
+        """Non-blocking: while a renewal runs, assume yes (the caller then waits in `header`)."""
+        if not self._lock.acquire(blocking=False):
+            return True
+        try:
+            self._load()
+            if self._problem is not None:
+                return self._may_retry(self._now())
+            return self._tokens is not None or self.grant == "client_credentials"
+        finally:
+            self._lock.release()
+
+    def state(self) -> AuthState:
+        """The last known state (no I/O)."""
+        return self._state
+
+    def identity(self) -> str | None:
+        """The app, whatever token it holds today."""
+        return f"app:{self._client_id}"
+
+    @property
+    def tokens(self) -> StoredTokens | None:
+        """What is stored now (the install's viewer and organization)."""
+        return self._tokens
+
+    # --- install -----------------------------------------------------------------------------
+
+    def install(self, grant: Grant, *, viewer_id: str, viewer_name: str | None,
+                organization_id: str | None, organization_name: str | None) -> StoredTokens:
+        """Store a new install's tokens (durably, before they are used) and use them."""
+        now = self._now()
+        tokens = StoredTokens(
+            grant=self.grant, client_id=self._client_id, access_token=grant.access_token,
+            refresh_token=grant.refresh_token, scope=grant.scope, received_ms=grant.received_ms,
+            expires_ms=grant.expires_ms, viewer_id=viewer_id, viewer_name=viewer_name,
+            organization_id=organization_id, organization_name=organization_name,
+            installed_ms=now)
+        with self._lock:
+            with self._file.locked():
+                self._file.write(tokens)
+            self._adopt(tokens)
+        return tokens
+
+    # --- inside the lock ---------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return to_ms(self._clock.now())
+
+    def _may_retry(self, now: int) -> bool:
+        return self._problem is not None and self._problem.condition == "unreachable" \
+            and now >= self._retry_at
+
+    def _load(self) -> None:
+        """Pick up the file when it changed on disk (an install, another process's renewal)."""
+        stamp = self._file.stamp()
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            tokens = self._file.read()
+        except TokenFileInvalid as exc:
+            self._tokens = None
+            if self.grant == "client_credentials":
+                log.warning("token file unusable; a new token will be fetched",
+                            extra={"error": str(exc)})
+                return
+            self._set_problem(AuthState("invalid_file", self.kind, str(exc), INSTALL_FIX))
+            return
+        if tokens is None:
+            self._tokens = None
+            if self.grant == "authorization_code":
+                self._set_problem(AuthState("not_installed", self.kind, "not installed yet",
+                                            INSTALL_FIX))
+            return
+        self._adopt(tokens)
+
+    def _adopt(self, tokens: StoredTokens) -> None:
+        self._tokens = tokens
+        self._stamp = self._file.stamp()
+        self._remember(tokens.access_token)
+        if tokens.refresh_token:
+            self._remember(tokens.refresh_token)
+        self._problem = None
+        self._retry_at = 0
+        self._change(AuthState("ok", self.kind, self._describe(tokens), None, tokens.expires_ms))
+
+    def _renew(self, stale: str | None, now: int, *, forced: bool) -> None:
+        """Renew, unless the file (under its lock) already holds a newer token than `stale`.
+        `forced`: Linear refused `stale`, so it cannot stand in while the endpoint is down."""
+        if self._endpoint is None:
+            self._set_problem(AuthState(
+                "refused", self.kind, "no client secret to renew the app's token with",
+                "put the client secret in linear.client_secret_file, restart"))
+            raise LinearAuthUnavailable(self._state.detail)
+        try:
+            with self._file.locked():
+                try:
+                    latest = self._file.read()
+                except TokenFileInvalid:
+                    latest = None  # renewing replaces it (client credentials); else refused below
+                if latest is not None and latest.access_token != stale \
+                        and now < latest.refresh_due_ms(REFRESH_WHEN_LEFT):
+                    self._adopt(latest)  # another process (or an install) renewed it
+                    return
+                grant = self._fetch(latest)
+                base = latest or self._tokens
+                tokens = StoredTokens(
+                    grant=self.grant, client_id=self._client_id, access_token=grant.access_token,
+                    refresh_token=grant.refresh_token, scope=grant.scope or (base.scope if base else ""),
+                    received_ms=grant.received_ms, expires_ms=grant.expires_ms,
+                    viewer_id=base.viewer_id if base else None,
+                    viewer_name=base.viewer_name if base else None,
+                    organization_id=base.organization_id if base else None,
+                    organization_name=base.organization_name if base else None,
+                    installed_ms=base.installed_ms if base else grant.received_ms)
+                try:
+                    self._file.write(tokens)  # the rotated refresh token is durable before use
+                except OSError:
+                    # Linear already rotated the pair: keep it in memory, it works until this
+                    # process stops; the old one on disk is spent either way.
+                    log.exception("the renewed token could not be saved")
+            self._adopt(tokens)
+            log.info("linear app token renewed", extra={"grant": self.grant,
+                                                        "expires_at": iso(tokens.expires_ms)})
+        except TokenRefused as exc:
+            why = f"Linear refused to renew the app's token ({exc.error})"
+            self._set_problem(AuthState("refused", self.kind, why, INSTALL_FIX))
+            raise LinearAuthUnavailable(f"{why}: {INSTALL_FIX}") from None
+        except (TokenEndpointUnavailable, OSError) as exc:  # OSError: the lock file
+            self._retry_at = now + RETRY_AFTER_MS
+            tokens = self._tokens
+            if tokens is not None and now < tokens.expires_ms and not forced:
+                log.warning("linear token endpoint unavailable; the current token still works",
+                            extra={"error": str(exc)})
+                return
+            self._set_problem(AuthState(
+                "unreachable", self.kind, f"the app's token expired and renewing it failed: {exc}",
+                "wakeline tries again every minute; check that the host reaches Linear"))
+            raise LinearAuthUnavailable(self._state.detail) from None
+
+    def _fetch(self, latest: StoredTokens | None) -> Grant:
+        assert self._endpoint is not None
+        if self.grant == "client_credentials":
+            return self._endpoint.client_credentials()
+        if latest is None or not latest.refresh_token:
+            raise TokenRefused("no_refresh_token", "the stored install has no refresh token")
+        return self._endpoint.refresh(latest.refresh_token)
+
+    def _set_problem(self, state: AuthState) -> None:
+        self._problem = state
+        if state.condition != "unreachable":
+            self._retry_at = 0
+        self._change(state)
+
+    def _change(self, state: AuthState) -> None:
+        before, self._state = self._state, state
+        if before.condition != state.condition:
+            self.tell(state)
+
+    @staticmethod
+    def _describe(tokens: StoredTokens) -> str:
+        who = tokens.viewer_name or tokens.viewer_id or "the app"
+        where = f" in {tokens.organization_name or tokens.organization_id}" \
+            if tokens.organization_id else ""
+        return f"{who}{where}; token valid until {iso(tokens.expires_ms)}"
