@@ -77,7 +77,7 @@ class ClaudeReader(JsonLinesReader):
             subtype = obj.get("subtype")
             if subtype == "init":
                 return self._session(obj.get("session_id"))
-            return [] if subtype in _QUIET_SYSTEM else None
+            return [] if isinstance(subtype, str) and subtype in _QUIET_SYSTEM else None
         if kind == "assistant":
             return self._assistant(obj)
         if kind == "user":

@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+import logging
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 from wakeline.agents.streams import ProgressEvent, StreamAnswer, StreamReader
 
@@ -25,3 +27,22 @@ def read_all(reader: StreamReader, lines: Iterable[str], exit_code: int | None =
 def line(obj: Any) -> str:
     """One JSON line, as a CLI prints it."""
     return json.dumps(obj)
+
+
+@contextmanager
+def strictly() -> Iterator[None]:
+    """Fails if a line reached a reader's last-resort handler: the fuzz tests would pass
+    anyway, since that handler counts the line as skipped, but it means a reader bug."""
+    caught: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = caught.append  # type: ignore[method-assign]
+    logger = logging.getLogger("wakeline.agents.streams")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not caught, caught[0].exc_info
