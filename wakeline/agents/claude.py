@@ -107,7 +107,8 @@ class ClaudeReader(JsonLinesReader):
         call_id, tool = block.get("id"), block.get("name")
         if not isinstance(call_id, str) or not isinstance(tool, str):
             return []
-        tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+        raw_input = block.get("input")
+        tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
         events = self._release()  # the model went on working, so its last text was a thought
         if tool == "TodoWrite":
             return events + self._todo_write(tool_input)
@@ -131,10 +132,9 @@ class ClaudeReader(JsonLinesReader):
 
     def _tool_result(self, block: dict[str, Any], structured: object) -> list[ProgressEvent]:
         call_id = block.get("tool_use_id")
-        call = self._calls.pop(call_id, None) if isinstance(call_id, str) else None
-        if call is None:
+        if not isinstance(call_id, str) or call_id not in self._calls:
             return []  # a result for a call never seen cannot be named
-        tool, parameter, tool_input = call
+        tool, parameter, tool_input = self._calls.pop(call_id)
         text = _result_text(block.get("content"))
         is_error = block.get("is_error") is True
         if tool == "TaskCreate":
@@ -190,10 +190,11 @@ class ClaudeReader(JsonLinesReader):
     def finish(self, exit_code: int | None, stderr_tail: str = "") -> StreamAnswer:
         """The `result` line's answer; without one, the exit code decides."""
         result = self._result or {}
-        text = result.get("result") if isinstance(result.get("result"), str) else ""
+        said = result.get("result")
+        text = said if isinstance(said, str) else ""
         errors = _strings(result.get("errors"))
         self.resume_refused = exit_code != 0 and (
-            any(_UNKNOWN_SESSION in said for said in (stderr_tail, text, *errors))
+            any(_UNKNOWN_SESSION in words for words in (stderr_tail, text, *errors))
             # Refused before it started: no init line, so no session of its own.
             or (result.get("subtype") == "error_during_execution" and self.session_id is None)
         )
@@ -224,8 +225,9 @@ def _content(obj: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def _main_parameter(tool: str, tool_input: dict[str, Any]) -> str:
     for key in _MAIN_PARAMETER.get(tool, ()):
-        if isinstance(tool_input.get(key), str):
-            return tool_input[key]
+        value = tool_input.get(key)
+        if isinstance(value, str):
+            return value
     return next((value for value in tool_input.values() if isinstance(value, str)), "")
 
 

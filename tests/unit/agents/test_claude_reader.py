@@ -444,3 +444,18 @@ def test_bytes_instead_of_text_are_skipped() -> None:
     reader = ClaudeReader()
     assert reader.feed(b'{"type": "result"}') == []  # type: ignore[arg-type]
     assert reader.skipped == 1
+
+
+def test_ill_typed_plan_inputs_change_nothing() -> None:
+    reader = ClaudeReader()
+    events, _ = read_all(reader, [
+        tool_use("c1", "TaskCreate", {"subject": "  ", "activeForm": "x"}),
+        tool_result("c1", "Task #1 created successfully"),
+        tool_use("u1", "TaskUpdate", {"taskId": True, "status": "completed"}),
+        tool_result("u1", "ok"),
+        tool_use("u2", "TaskUpdate", {"taskId": ["1"], "status": "deleted"}),
+        tool_result("u2", "ok"),
+        tool_use("w1", "TodoWrite", {"todos": "Read, Fix"}),
+        line({"type": "user", "message": {"role": "user", "content": "a plain prompt"}}),
+    ])
+    assert events == [] and reader.skipped == 0

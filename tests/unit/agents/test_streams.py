@@ -168,6 +168,19 @@ def test_each_link_is_shown_once_per_reader() -> None:
     assert _Echo().feed('{"type": "say", "text": "https://github.com/a/b/pull/3"}') == [link]
 
 
+class _Broken(JsonLinesReader):
+    """A reader with a bug: every line it reads raises."""
+
+    def _read(self, obj: dict[str, object]) -> list | None:
+        raise KeyError("a shape nobody foresaw")
+
+
+def test_a_reader_bug_skips_the_line_instead_of_raising() -> None:
+    reader = _Broken()
+    assert reader.feed('{"type": "anything"}') == []
+    assert reader.skipped == 1
+
+
 def test_clip_keeps_the_start() -> None:
     assert clip("x" * 4_001) == "x" * 4_000
     assert clip("short") == "short"
