@@ -137,7 +137,7 @@ class Router:
                       ) -> Decision:
         """An Issue or Comment event about an issue with no conversation yet."""
         candidates = self._issue_routes_of(issue.team_key)
-        if not candidates or lifecycle_state == "terminal" or env.action == "remove":
+        if not candidates or env.action == "remove":
             return Decision(Outcome.ACCEPTED)
         if issue.project_known:
             owner = self.owner(issue.team_key, issue.project_id)
@@ -148,11 +148,16 @@ class Router:
             # A Comment states no project: the first candidate holds it until the lookup.
             route = candidates[0]
             ownership = Ownership.PENDING if route.projects else Ownership.OWNED
+        create = NewConversation(route.name, _title(issue), route.trust == "public", ownership,
+                                 issue.project_id)
+        if lifecycle_state == "terminal":
+            # Terminal-first: the conversation starts closed (no turn, no workspace), so a
+            # later comment on the closed issue starts no work until Linear reopens it.
+            return Decision(Outcome.ACCEPTED, create=create,
+                            lifecycle=self._lifecycle(env, lifecycle_state, route))
         reason = _ignore_reason(env, route)
         if reason == "proposed_state":
             return Decision(Outcome.IGNORED, reason)  # a proposal authorises no work
-        create = NewConversation(route.name, _title(issue), route.trust == "public", ownership,
-                                 issue.project_id)
         return Decision(Outcome.IGNORED if reason else Outcome.ACCEPTED, reason, create=create,
                         to_fifo=reason is None)
 

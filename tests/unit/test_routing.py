@@ -161,6 +161,15 @@ def test_the_terminal_outcome_is_completed_only_on_the_exact_done_state(
     assert d.outcome is Outcome.ACCEPTED and not d.to_fifo
 
 
+def test_a_terminal_first_issue_records_its_terminal_intent_and_no_work(router: Router) -> None:
+    d = decide(router, ops_issue(state="state-done", state_type="completed"), None)
+    assert d.create is not None and d.create.route == "ops-p"
+    assert d.lifecycle == Terminal(TerminalOutcome.COMPLETED, "state-done", "state-done")
+    assert d.outcome is Outcome.ACCEPTED and not d.to_fifo
+    other = decide(router, ops_issue(project=Q, state="s-x", state_type="canceled"), None)
+    assert other.create is None and other.lifecycle is None  # not the route's issue
+
+
 def test_a_display_name_never_classifies(router: Router) -> None:
     body = ops_issue()
     body["data"]["state"] = {"id": "state-x", "name": "Done"}  # no type

@@ -159,6 +159,34 @@ def test_completed_only_on_the_done_state_else_canceled(harness: Callable[..., A
     assert [r for r in h.linear.requests if "issueUpdate" in r.query] == []  # no state written
 
 
+@pytest.mark.parametrize("state_type", ["canceled", "completed"])
+def test_a_terminal_first_issue_starts_closed_and_a_later_comment_runs_nothing(
+        harness: Callable[..., Any], state_type: str) -> None:
+    h = harness("ok", routes=ops_routes())
+    closed = ops_issue(state=f"state-{state_type}", state_type=state_type,
+                       changed={"stateId": "state-todo"})
+    assert h.deliver(closed) == {"outcome": "accepted"}
+    conv = conversation(h)
+    assert (conv["state"], conv["outcome"]) == ("terminal", "canceled")  # not the Done state
+    assert conv["fifo"] == [] and conv["turns"] == []
+    assert h.deliver(ops_comment(text="on the closed issue")) == {"outcome": "ignored",
+                                                                   "reason": "terminal"}
+    assert not (h.service.config.workspaces_path / conv["id"]).exists()
+    assert h.runs() == [] and h.api("GET", "/v1/status").json()["fifo"]["pending"] == 0
+    # Only an explicit nonterminal state reopens it.
+    assert h.deliver(ops_issue()) == {"outcome": "accepted"}
+    wait_until(lambda: len(h.runs()) == 1, message="the reopened issue ran")
+
+
+def test_a_terminal_first_issue_of_another_project_is_the_inbox_s_alone(
+        harness: Callable[..., Any]) -> None:
+    h = harness("ok", routes=ops_routes())
+    assert h.deliver(ops_issue(project=Q, state="state-x", state_type="canceled")) == \
+        {"outcome": "accepted"}
+    assert [c for c in h.api("GET", "/v1/conversations").json()["conversations"]
+            if c["kind"] == "issue"] == []
+
+
 def test_terminal_during_a_running_turn_retires_it_and_a_later_comment_runs_nothing(
         harness: Callable[..., Any]) -> None:
     h = harness("sleep", "30", routes=ops_routes())
