@@ -23,6 +23,7 @@ import requests
 from wakeline.client import ApiError, NoToken, OperatorClient, Unreachable
 from wakeline.config import CONFIG_ENV, Config, config_path, load_config
 from wakeline.errors import ConfigError
+from wakeline.net import http_session
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 # What to do about a refusal, by its error code.
@@ -476,7 +477,7 @@ def replay(ctx: Context, file: Path, url: str | None, as_json: bool) -> None:
     host = config.server.webhook_host
     url = url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:" \
                  f"{config.server.webhook_port}/webhooks/linear"
-    session = requests.Session()
+    session = http_session(url)  # the service on loopback: never through a proxy
     failures = 0
     for number, item in _replay_lines(file):
         body = item["body"] if isinstance(item.get("body"), dict) else item

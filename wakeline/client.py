@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import requests
 
 from wakeline.config import Config
+from wakeline.net import http_session
 from wakeline.secrets import read_secret_file
 
 API_URL_ENV = "WAKELINE_API_URL"
@@ -43,7 +44,7 @@ class OperatorClient:
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._timeout = timeout
-        self._session = requests.Session()
+        self._session = http_session(self.base_url)
 
     @classmethod
     def from_config(cls, config: Config, environ: Mapping[str, str] | None = None) -> "OperatorClient":

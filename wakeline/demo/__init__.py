@@ -21,7 +21,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-import requests
 from pydantic import SecretStr
 
 from wakeline.app import build_service, prepare_state
@@ -29,6 +28,7 @@ from wakeline.clock import to_ms
 from wakeline.config import load_config
 from wakeline.demo.stand_in import StandInLinear
 from wakeline.models.views import list_conversations
+from wakeline.net import http_session
 from wakeline.providers.linear.signature import sign
 
 SETTLE_SECONDS = 45.0
@@ -114,7 +114,7 @@ class _Run:
         # The ports the service got, so `--keep` can start it again on the same ones.
         config_path.write_text(_config_text(self.stand_in.url, self.service.ingress.port,
                                             self.service.operator.port), encoding="utf-8")
-        self.http = requests.Session()
+        self.http = http_session(self.service.ingress.url)  # loopback: never a proxy
 
     def send(self, body: dict[str, Any]) -> str:
         body = {**body, "webhookTimestamp": to_ms(self.service.clock.now())}

@@ -20,6 +20,7 @@ from typing import Any
 import requests
 
 from wakeline.clock import Clock
+from wakeline.net import http_session
 from wakeline.errors import (
     BudgetExhausted, LinearAuthUnavailable, PossiblyDispatched, ProviderRejected,
 )
@@ -102,7 +103,7 @@ class LinearClient:
         self._budget = budget
         self._credential = credential
         self._secrets = secret_values  # a live list: the credential adds its tokens to it
-        self._session = requests.Session()
+        self._session = http_session(api_url)  # a stand-in on loopback: never via a proxy
         self._session.headers.update({"Content-Type": "application/json", "User-Agent": "wakeline"})
 
     @property

@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 import requests
 
 from wakeline.clock import Clock, to_ms
+from wakeline.net import http_session
 from wakeline.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class TokenEndpoint:
         self._client_secret = client_secret
         self._clock = clock
         self._timeouts = timeouts
+        self._session = http_session(url)
 
     def exchange(self, code: str, redirect_uri: str) -> Grant:
         """An install: the authorization code for the app's first tokens."""
@@ -98,7 +100,7 @@ class TokenEndpoint:
         secrets = [self._client_secret, *(v for k, v in form.items()
                                           if k in ("code", "refresh_token"))]
         try:
-            resp = requests.post(self._url, data=form, headers={"Accept": "application/json"},
+            resp = self._session.post(self._url, data=form, headers={"Accept": "application/json"},
                                  timeout=self._timeouts)
         except requests.RequestException as exc:
             raise TokenEndpointUnavailable(
