@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/all.py [--quick]      (what `make bench` runs)
 
-Runs `ingest.py`, `turns.py`, `sessions.py`, `inbox.py` and `journal.py` one after the
+Runs `ingest.py`, `turns.py`, `sessions.py`, `progress.py`, `inbox.py` and `journal.py` one after the
 other (each starts its own servers on loopback and cleans up), keeps their whole output
 in `bench/last-run/`, and prints the figures that matter. Ratios are wakeline over its
 baseline for rates (higher is better) and for times (lower is better), as the column says.
@@ -74,6 +74,19 @@ def main() -> int:
     last = number(r"\| \d+ \| \d+ ms \| [\d.]+ s \| [\d.]+ s \| ([\d.]+) s", text)
     rows.append(("sessions", "last of 50 acknowledgements, s (baseline: one call)", f"{last:.2f}",
                  f"{call / 1000:.2f}", f"{last * 1000 / call:.1f}"))
+
+    text = run("progress.py", *(["--turns", "12"] if quick else []))
+    lat = re.search(r"\| exit → answer at Linear p99, ms \| (\d+) \| (\d+) \| ([\d.]+)", text)
+    cpu = re.search(r"\| service CPU per turn, ms \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)", text)
+    req = re.search(r"\| Linear requests, one turn of 1,000 tool calls \(([\d.]+) s\) \| (\d+) \| "
+                    r"bound ([\d.]+) \| ([\d.]+)", text)
+    assert lat and cpu and req, f"see {OUT}"
+    rows.append(("progress", "exit → answer p99, ms, agent at 200 tool calls/s (target < 1000; "
+                 "baseline: a plain agent)", *lat.groups()))
+    rows.append(("progress", "service CPU per turn, ms, 200 events (target ≤ 2x; baseline: plain)",
+                 *cpu.groups()))
+    rows.append(("progress", f"Linear requests, 1,000 tool calls in {req.group(1)} s (baseline: the "
+                 "bound)", req.group(2), req.group(3), req.group(4)))
 
     text = run("inbox.py")
     worst = max(float(m) for m in re.findall(r"\| (?:forward|after|before)[\w-]* \| [\d.]+ \| ([\d.]+) \|", text))

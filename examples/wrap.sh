@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Run a coding-agent CLI as a wakeline agent.
+# Run a coding-agent CLI that prints no stream as a wakeline agent (aider). Claude Code
+# and Codex need no wrapper: wakeline reads their streams itself (output = "claude" or
+# "codex", see examples/claude-code and examples/codex).
 #
 #   wrap.sh CLI [ARGS...]
 #
 # wakeline gives the prompt on stdin and reads the answer on stdout; exit 0 is an answer,
-# 2 a question for the human, 1 an error. Coding-agent CLIs have their own exit codes
+# 2 a question for the human, 1 an error. Such CLIs have their own exit codes
 # and no notion of asking, so this wrapper adds a short note to the prompt (ask with a
 # line starting "QUESTION:"), runs the CLI, and maps what it did:
 #   the CLI failed (non-zero)          -> exit 1, its output as the error
@@ -22,9 +24,11 @@ fi
 prompt=$(mktemp) answer=$(mktemp)
 trap 'rm -f "$prompt" "$answer"' EXIT
 {
-  printf '%s\n\n' "You run unattended in this issue's own workspace; nobody reads your progress. \
-When you are done, end with a short summary for the issue. If you cannot go on without \
-the human, reply with one line starting with QUESTION: and nothing after it."
+  printf '%s\n\n' "You run unattended in this issue's own workspace. To show the person in \
+Linear what you are doing, run \`wakeline agent thought TEXT\` (or \`wakeline agent plan STEP...\`, \
+\`wakeline agent link LABEL URL\`). When you are done, end with a short summary for the issue. \
+If you cannot go on without the human, reply with one line starting with QUESTION: and \
+nothing after it."
   cat
 } > "$prompt"
 

@@ -43,6 +43,7 @@ from wakeline.providers.linear.credentials import (
 )
 from wakeline.providers.linear.install import Installed, Installer
 from wakeline.providers.linear.oauth import TokenEndpoint
+from wakeline.providers.linear.progress import ProgressBoard
 from wakeline.providers.linear.token_file import TokenFile
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
@@ -236,18 +237,37 @@ def build_service(
     budget: RequestBudget | None = None
     credential = linear_credential(config, secrets, clock)
     if credential is not None:
-        budget = RequestBudget(config.linear.request_budget_per_hour, clock)
+        budget = RequestBudget(config.linear.requests_per_hour, clock)
         client = LinearClient(config.linear.api_url, credential, budget, secrets.values())
         turn_env.linear_usable = credential.usable
         metrics.watch_linear_auth(lambda: credential.state().ok)
+    board = ProgressBoard(int(config.agent.progress_interval_seconds * 1000))
+
     def owner_of(team_key: str | None, project_id: str | None) -> tuple[str, bool] | None:
         route = router.owner(team_key, project_id)
         return (route.name, route.trust == "public") if route is not None else None
 
     tracker = Tracker.start(store, client, clock, config.linear.max_concurrent_requests,
                             owner_of=owner_of,
-                            ownership_backoff_seconds=ownership_backoff_seconds).proxy()
+                            ownership_backoff_seconds=ownership_backoff_seconds,
+                            progress=board, progress_skipped=metrics.progress_was_skipped).proxy()
     turn_env.kick_tracker = lambda: tracker.kick.defer()
+
+    def progress_to_linear(sessions: list[str], items: list[Any]) -> None:
+        # On the runner thread: a lock, and a message only when a session wakes up.
+        if credential is None or not credential.usable():
+            metrics.progress_was_skipped(len(items) * len(sessions))  # no token: dropped
+        elif board.offer(sessions, items):
+            tracker.progress_waiting.defer()
+
+    def progress_ended(sessions: list[str]) -> None:
+        board.close(sessions)
+        tracker.progress_waiting.defer()
+
+    turn_env.progress_to_linear = progress_to_linear
+    turn_env.progress_ended = progress_ended
+    turn_env.journal_progress = recorder.progress
+    turn_env.lines_skipped = metrics.stream_lines_were_skipped
     tracker.subscribe(turn_env.settled.notify)
     supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
     def ownership_settled(conversation_id: str, owned: bool) -> None:
@@ -341,7 +361,7 @@ def build_service(
             live_actors=lambda: len(pykka.ActorRegistry.get_all()),
             tracker=tracker, settled=turn_env.settled, secrets=secrets, budget=budget,
             echo_memory=echo_memory, journal=journal_file, credential=credential,
-            installer=installer,
+            installer=installer, live_turns=turn_env.live,
         ),
         host=server.operator_host,
         port=server.operator_port,

@@ -39,7 +39,7 @@ NEXT_STEP = {
     "install_refused": "run `wakeline linear install` again (docs/operations.md, Connecting "
                        "Linear)",
     "budget_exhausted": "wait for the budget to refill (retryAfterSeconds), or raise "
-                        "linear.request_budget_per_hour",
+                        "linear.requests_per_hour",
     "possibly_dispatched": "check in Linear whether it happened before sending it again",
     "confirm_mismatch": "pass --confirm once for each id in targets, and nothing else",
     "unavailable": "the service's store or journal is busy or failing: see its log, then retry",
@@ -434,6 +434,97 @@ def linear_install(ctx: Context, code: str | None, redirect_uri: str | None, as_
          "\n  next: run `wakeline linear install` again (or use --code)")
 
 
+# --- inside a turn: wakeline agent ... ------------------------------------------------------------
+
+
+@cli.group()
+def agent() -> None:
+    """Show the running turn's progress in its Linear agent session ($WAKELINE_TOKEN)."""
+
+
+def _progress(ctx: Context, event: dict[str, Any], as_json: bool) -> None:
+    data = ctx.call("POST", "/v1/turn/progress", json=event)
+    if as_json:
+        click.echo(json.dumps(data))
+
+
+@agent.command("thought")
+@click.argument("text")
+@json_option
+@pass_ctx
+def agent_thought(ctx: Context, text: str, as_json: bool) -> None:
+    """Share a thought (TEXT may be `-` for stdin or `@FILE`)."""
+    _progress(ctx, {"type": "thought", "body": _text_argument(text, "thought")}, as_json)
+
+
+@agent.command("action")
+@click.argument("action")
+@click.argument("parameter")
+@click.option("--result", metavar="TEXT", help="The action's result: without it, the action is "
+                                               "shown as under way.")
+@json_option
+@pass_ctx
+def agent_action(ctx: Context, action: str, parameter: str, result: str | None, as_json: bool) -> None:
+    """Show an action (a tool and its main argument), under way or with its result."""
+    event: dict[str, Any] = {"type": "action", "action": action, "parameter": parameter}
+    if result is not None:
+        event["result"] = _text_argument(result, "result")
+    _progress(ctx, event, as_json)
+
+
+@agent.command("plan")
+@click.argument("steps", nargs=-1, required=True)
+@click.option("--done", type=click.IntRange(0), default=0, show_default=True,
+              help="How many of the first steps are completed.")
+@click.option("--active", type=click.IntRange(1), default=None,
+              help="The step (1-based) in progress.")
+@json_option
+@pass_ctx
+def agent_plan(ctx: Context, steps: tuple[str, ...], done: int, active: int | None,
+               as_json: bool) -> None:
+    """Set the session's plan: every STEP, the first --done completed, --active in progress,
+    the rest pending."""
+    _progress(ctx, {"type": "plan", "steps": [
+        {"content": step, "status": "completed" if n <= done else
+         "inProgress" if n == active else "pending"} for n, step in enumerate(steps, 1)]},
+        as_json)
+
+
+@agent.command("link")
+@click.argument("label")
+@click.argument("url")
+@json_option
+@pass_ctx
+def agent_link(ctx: Context, label: str, url: str, as_json: bool) -> None:
+    """Link the session to a URL (a pull request, a preview, a dashboard)."""
+    _progress(ctx, {"type": "link", "label": label, "url": url}, as_json)
+
+
+@agent.command("session")
+@click.argument("session_id")
+@json_option
+@pass_ctx
+def agent_session(ctx: Context, session_id: str, as_json: bool) -> None:
+    """Remember your own session id: the conversation's next turn gets it as
+    $WAKELINE_AGENT_SESSION (until a reset or a closed issue)."""
+    _progress(ctx, {"type": "session", "id": session_id}, as_json)
+
+
+@agent.command("options")
+@click.argument("options", nargs=-1, required=True, metavar="LABEL=VALUE...")
+@json_option
+@pass_ctx
+def agent_options(ctx: Context, options: tuple[str, ...], as_json: bool) -> None:
+    """Offer these choices with the turn's question (a `select` in Linear)."""
+    pairs = []
+    for option in options:
+        label, sep, value = option.partition("=")
+        if not sep or not label or not value:
+            raise click.UsageError(f"{option!r}: options are LABEL=VALUE")
+        pairs.append({"label": label, "value": value})
+    _progress(ctx, {"type": "options", "options": pairs}, as_json)
+
+
 def _json_or_text(resp: requests.Response) -> Any:
     try:
         return resp.json()
@@ -513,7 +604,9 @@ def _conversation_line(c: dict[str, Any]) -> str:
 
 
 def _conversation_text(c: dict[str, Any]) -> str:
-    lines = [_conversation_line(c), f"route: {c['route'] or '-'}", f"session: {c['session'] or '-'}"]
+    lines = [_conversation_line(c), f"route: {c['route'] or '-'}", f"session: {c['session'] or '-'}",
+             f"agent session (Linear): {c.get('agentSession') or '-'}",
+             f"runner session (the agent CLI's own, resumed next turn): {c.get('runnerSession') or '-'}"]
     own = c.get("ownership") or {}
     if own:
         line = f"ownership: {own['state']}" + (f", project {own['projectId']}" if own.get("projectId") else "")

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from wakeline.errors import ConfigError
 
@@ -102,8 +102,11 @@ class LinearConfig(_Section):
     owner_emails: list[str] = Field(
         default_factory=list, description="Emails that count as the owner."
     )
-    request_budget_per_hour: int = Field(
-        1200, ge=1, le=100_000, description="Requests to Linear per sliding hour; more are refused."
+    requests_per_hour: int = Field(
+        2500, ge=1, le=100_000,
+        validation_alias=AliasChoices("requests_per_hour", "request_budget_per_hour"),
+        description="wakeline's own budget of requests to Linear per sliding hour: past 80% "
+        "progress is shed, at 100% final answers wait for the hour to roll on.",
     )
     max_concurrent_requests: int = Field(
         8, ge=1, le=64, description="Calls to Linear in flight at once."
@@ -131,6 +134,18 @@ class AgentConfig(_Section):
         1500, ge=1, description="A turn running this long gets a heartbeat thought."
     )
     max_concurrent_turns: int = Field(4, ge=1, le=256, description="Turns running at once.")
+    output: Literal["text", "claude", "codex"] = Field(
+        "text", description='How stdout is read: "text" (the answer, exit code its kind), '
+        '"claude" (Claude Code stream-json) or "codex" (codex exec --json).',
+    )
+    progress: bool = Field(
+        True, description="Mirror the agent's progress (tool calls, thoughts, plan, links) into "
+        "its Linear agent session.",
+    )
+    progress_interval_seconds: float = Field(
+        3.0, ge=0, le=3600, description="Per agent session, at most one progress write this often; "
+        "final answers never wait for it.",
+    )
 
 
 class RouteConfig(_Section):
@@ -150,6 +165,9 @@ class RouteConfig(_Section):
     )
     command: list[str] | None = Field(
         None, description="Agent argv for this route; defaults to agent.command."
+    )
+    output: Literal["text", "claude", "codex"] | None = Field(
+        None, description="How this route's agent output is read; defaults to agent.output."
     )
     done_state_id: str = Field("", description="Workflow state id of the managed Done state.")
     proposed_state_id: str = Field("", description="Workflow state id of the Agent Proposed state.")
@@ -225,6 +243,15 @@ class Config(_Section):
     def operator_token_path(self) -> Path:
         """The operator token file (0600)."""
         return self.state_path / "operator.token"
+
+    def route(self, name: str | None) -> RouteConfig | None:
+        """The route of this name."""
+        return next((r for r in self.routes if r.name == name), None) if name else None
+
+    def agent_output(self, route_name: str | None) -> str:
+        """How a route's agent output is read: its own `output`, else `agent.output`."""
+        route = self.route(route_name)
+        return (route.output if route and route.output else None) or self.agent.output
 
     def route_for_team(self, team_key: str | None) -> RouteConfig | None:
         """The first route that serves this Linear team key."""

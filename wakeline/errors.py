@@ -168,6 +168,21 @@ class LinearAuthUnavailable(RequiresConnectedLinear):
     the token endpoint unreachable): Linear ran nothing, and writes wait for a token."""
 
 
+# --- a running turn's progress ------------------------------------------------------------
+
+
+class InvalidProgress(WakelineError):
+    """A progress event that is not one of the documented shapes."""
+
+    code = "invalid_progress"
+
+
+class NoTurn(WakelineError):
+    """Progress from a token that belongs to no running turn (the operator's)."""
+
+    code = "no_turn"
+
+
 # --- the Linear app's install ------------------------------------------------------------
 
 

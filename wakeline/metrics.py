@@ -44,6 +44,17 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.progress_skipped = Counter(
+            "wakeline_progress_skipped",
+            "Agent progress not written to Linear: replaced by newer progress within the interval, "
+            "dropped when the turn ended, or shed (budget, rate limit, no working token).",
+            registry=self.registry,
+        )
+        self.stream_lines_skipped = Counter(
+            "wakeline_stream_lines_skipped",
+            "Lines of a stream agent's output (claude, codex) that were not understood.",
+            registry=self.registry,
+        )
         self.journal_failures = Counter(
             "wakeline_journal_failures",
             "Journal writes (or opens, or compactions) that failed; what they recorded went ahead.",
@@ -61,6 +72,14 @@ class Metrics:
     def journal_failed(self) -> None:
         """Count one failed journal write."""
         self.journal_failures.inc()
+
+    def progress_was_skipped(self, count: int) -> None:
+        """Count progress that did not reach Linear."""
+        self.progress_skipped.inc(count)
+
+    def stream_lines_were_skipped(self, count: int) -> None:
+        """Count stream lines no reader understood."""
+        self.stream_lines_skipped.inc(count)
 
     def delivery(self, outcome: str, seconds: float) -> None:
         """Record one answered webhook (the labelled child is looked up once per outcome)."""

@@ -103,6 +103,14 @@ class Recorder:
                         sender="agent", to="wakeline", text=finished.output.strip() or f"({result})",
                         issue_keys=keys, thread=turn.conversation_id, stage=result))
 
+    def progress(self, turn: Any, seq: int, stage: str, text: str) -> None:
+        """Something the agent showed while it worked: a thought, its plan, a link, options."""
+        self._tell(Note(id=f"turn_report:{turn.turn_id}:{turn.attempt}:progress:{seq}",
+                        kind="turn_report", at_ms=self._now(), sender="agent", to="wakeline",
+                        text=text or f"({stage})",
+                        issue_keys=(turn.issue_identifier,) if turn.issue_identifier else (),
+                        thread=turn.conversation_id, stage=stage))
+
     def turn_failed(self, turn: Any, error: str, stalled: bool) -> None:
         """A failed attempt; a stall is a lifecycle event too."""
         keys = (turn.issue_identifier,) if turn.issue_identifier else ()

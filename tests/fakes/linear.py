@@ -114,6 +114,7 @@ class FakeLinear:
     issues: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Set: the token endpoint is served, and GraphQL requests need one of its live tokens.
     oauth: FakeOAuth | None = None
+    ratelimit_reset_seconds: float = 60.0  # when a scripted RATELIMITED says the limit resets
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -170,7 +171,8 @@ class FakeLinear:
                     return self._send(400, {"errors": [{"message": "Rate limit exceeded",
                                                         "extensions": {"code": "RATELIMITED"}}]},
                                       {"X-RateLimit-Requests-Remaining": "0",
-                                       "X-RateLimit-Requests-Reset": str(int((time.time() + 60) * 1000))})
+                                       "X-RateLimit-Requests-Reset": str(int(
+                                           (time.time() + fake.ratelimit_reset_seconds) * 1000))})
                 if behaviour == "error":
                     return self._send(200, {"errors": [{"message": "Entity not found: AgentSession"}]})
                 self._send(200, fake.answer(body))

@@ -223,7 +223,7 @@ def test_a_dispatched_mutation_is_logged_with_fields_and_targets_only(
 
 
 def test_the_budget_refuses_before_dispatch(running: Callable[..., Running]) -> None:
-    r = running(request_budget_per_hour=1)
+    r = running(requests_per_hour=1)
     assert r.graphql(VIEWER).status_code == 200
     resp = r.graphql(VIEWER)
     assert resp.status_code == 429 and resp.json()["error"] == "budget_exhausted"
@@ -434,10 +434,10 @@ def test_connect_records_the_account_and_doctor_reports_it(running: Callable[...
     assert by_name["linear_account"]["detail"] == "wakeline app (app-user-1)"
     assert by_name["linear_credential"]["detail"] == "personal_api_key"
     assert by_name["linear_graphql"]["ok"] and "usable" in by_name["linear_graphql"]["detail"]
-    assert by_name["linear_budget"]["detail"] == "1 of 1200 requests used in the last hour"
+    assert by_name["linear_budget"]["detail"] == "1 of 2500 requests used in the last hour"
     assert by_name["store"]["ok"] and "quick check ok" in by_name["store"]["detail"]
     assert after["linear"]["account"]["id"] == "app-user-1"
-    assert after["linear"]["budget"] == {"usedThisHour": 1, "perHour": 1200}
+    assert after["linear"]["budget"] == {"usedThisHour": 1, "perHour": 2500}
     text = json.dumps(after)
     for secret in (LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET):
         assert secret not in text

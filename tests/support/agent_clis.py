@@ -23,6 +23,7 @@ from typing import IO, Any
 import pytest
 
 from tests.helpers import wait_until
+from wakeline.agents.commands import agent_argv
 
 # What the recordings in /work/shared/agent-streams were made with; bump both together with
 # tests/fixtures/agent-streams (re-record with WAKELINE_RECORD_STREAMS=1).
@@ -40,7 +41,7 @@ DUMMY_API_KEY = "sk-wakeline-fake-model-key"
 # (gpt-5.5 also makes it offer apply_patch as a freeform tool, as with OpenAI itself).
 CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "gpt-5.5"
-CODEX_KEY_ENV = "WAKELINE_FAKE_MODEL_KEY"
+CODEX_KEY_ENV = "FAKE_MODEL_API_KEY"  # not WAKELINE_*: wakeline keeps those from agents
 # Either makes a CLI that cannot be installed fail its tests instead of skipping them.
 REQUIRE_ENV = "WAKELINE_REQUIRE_AGENT_CLIS"
 CI_ENV = "CI"  # .ci/run runs with CI=true
@@ -295,19 +296,20 @@ def codex_env(model_url: str, home: Path) -> dict[str, str]:
     return env
 
 
+# The commands a user configures (examples/claude-code, examples/codex); wakeline's
+# `agent_argv` adds what the output mode needs and the resume arguments, as in the service.
+CLAUDE_COMMAND = ("--permission-mode", "acceptEdits")
+CODEX_COMMAND = ("exec", "--json", "--skip-git-repo-check", "-s", "workspace-write", "-")
+
+
 def claude_argv(executable: Path, resume: str | None = None) -> list[str]:
     """Exactly what wakeline runs for `output = "claude"` (the prompt goes on stdin)."""
-    argv = [str(executable), "-p", "--output-format", "stream-json", "--verbose",
-            "--permission-mode", "acceptEdits"]
-    return argv + ["--resume", resume] if resume else argv
+    return agent_argv([str(executable), *CLAUDE_COMMAND], "claude", resume)
 
 
 def codex_argv(executable: Path, resume: str | None = None) -> list[str]:
     """Exactly what wakeline runs for `output = "codex"` (the prompt goes on stdin, `-`)."""
-    if resume:
-        return [str(executable), "exec", "--json", "--skip-git-repo-check", "resume", resume, "-"]
-    return [str(executable), "exec", "--json", "--skip-git-repo-check", "-s", "workspace-write",
-            "-"]
+    return agent_argv([str(executable), *CODEX_COMMAND], "codex", resume)
 
 
 @dataclass(frozen=True)

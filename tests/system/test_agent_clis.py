@@ -366,7 +366,8 @@ def test_codex_resume_runs_read_only_unless_the_sandbox_comes_before_resume(
     assert first.returncode == 0, first.describe()
     thread = first.lines[0]["thread_id"]
 
-    refused = box.run("The second prompt.", resume=thread)
+    bare = [str(box.executable), "exec", "--json", "--skip-git-repo-check", "resume", thread, "-"]
+    refused = run_cli(bare, "The second prompt.", box.work, codex_env(model.url, box.home))
 
     assert refused.returncode == 0, refused.describe()
     assert not (box.work / "second.txt").exists()
@@ -375,10 +376,7 @@ def test_codex_resume_runs_read_only_unless_the_sandbox_comes_before_resume(
     box.record("codex-resume-write-refused", refused,
                "exec resume (no -s) then apply_patch: refused by the read-only sandbox")
 
-    argv = codex_argv(box.executable, thread)
-    at = argv.index("resume")
-    sandboxed = run_cli([*argv[:at], "-s", "workspace-write", *argv[at:]], "The second prompt.",
-                        box.work, codex_env(model.url, box.home))
+    sandboxed = box.run("The second prompt.", resume=thread)  # wakeline's: `-s` before resume
 
     assert sandboxed.returncode == 0, sandboxed.describe()
     assert (box.work / "second.txt").read_text() == "x\n"

@@ -1,7 +1,9 @@
-"""The example agents: each config loads, and each wrapper maps its CLI's exits to 0/1/2.
+"""The example agents: each config loads; the stream CLIs need no wrapper; the wrapper (for
+aider) maps its CLI's exits to 0/1/2.
 
-The real CLIs are not installed here, so a stand-in of the same name on PATH records
-its arguments and stdin and answers as told: the wrapper is the part under test.
+For the wrapper, a stand-in of the CLI's name on PATH records its arguments and stdin and
+answers as told: the wrapper is the part under test. The real Claude Code and Codex run
+with these very commands in tests/integration/actors/test_real_agents.py.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from wakeline.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-CLIS = {"claude-code": "claude", "codex": "codex", "aider": "aider"}
+CLIS = {"aider": "aider"}  # the CLIs without a stream, run through wrap.sh
 STAND_IN = """#!/bin/sh
 printf '%s\\n' "$@" > "$RECORD.args"
 cat > "$RECORD.stdin"
@@ -68,3 +70,22 @@ def test_the_wrapper_needs_a_cli() -> None:
 def test_the_shell_agent_config_loads_and_its_script_is_executable() -> None:
     [script] = command("shell")
     assert Path(script).stat().st_mode & 0o111
+
+
+def test_claude_code_and_codex_are_read_as_streams_without_a_wrapper() -> None:
+    from tests.support.agent_clis import CLAUDE_COMMAND, CODEX_COMMAND
+    from wakeline.agents.commands import agent_argv
+
+    for example, output, own in (("claude-code", "claude", CLAUDE_COMMAND),
+                                 ("codex", "codex", CODEX_COMMAND)):
+        raw = tomllib.loads((EXAMPLES / example / "wakeline.toml").read_text())
+        config = parse_config(raw, EXAMPLES / example)
+        assert config.agent.output == output and "wrap.sh" not in str(config.agent.command)
+        # The very command the real-CLI test runs (tests/support/agent_clis.py).
+        assert config.agent.command[1:] == list(own)
+        assert agent_argv(config.agent.command, output, "s-1")[-1] in ("s-1", "-")
+
+
+def test_the_wrappers_note_tells_the_agent_how_to_show_progress() -> None:
+    text = (EXAMPLES / "wrap.sh").read_text()
+    assert "nobody reads your progress" not in text and "wakeline agent thought" in text

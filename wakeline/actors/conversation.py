@@ -11,13 +11,15 @@ it runs that conversation again or serves another.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,18 +28,24 @@ import pykka
 from wakeline.clock import Clock, to_ms
 from wakeline.config import Config, RouteConfig
 from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec
+from wakeline.agents.commands import agent_argv
+from wakeline.agents.progress import TurnProgress
+from wakeline.agents.streams import reader_for
 from wakeline.forkserver import ForkServer
 from wakeline.models.fifo import ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
 from wakeline.prompts import prompt_for
 from wakeline.providers.linear import replies
+from wakeline.providers.linear.progress import Item
 from wakeline.tokens import Lane, TokenRegistry
 from wakeline.workspaces import Workspaces
 
 log = logging.getLogger(__name__)
 
 RESULT_BY_EXIT = {0: TurnResultKind.RESPONSE, 1: TurnResultKind.ERROR, 2: TurnResultKind.ELICITATION}
+RESULT_BY_ANSWER = {"response": TurnResultKind.RESPONSE, "error": TurnResultKind.ERROR,
+                    "elicitation": TurnResultKind.ELICITATION}
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,14 @@ class TurnEnv:
     runners: Executor | None = None  # the runner threads' pool (one per turn slot)
     # False while no Linear token works: writes wait for one, so the agent need not.
     linear_usable: Callable[[], bool] = lambda: True
+    # Progress: to the turn's Linear sessions (the tracker, throttled), the end of a turn's
+    # progress before its answer, the journal, and the stream lines nobody understood.
+    progress_to_linear: Callable[[list[str], list[Item]], None] | None = None
+    progress_ended: Callable[[list[str]], None] = lambda sessions: None
+    journal_progress: Callable[[ClaimedTurn, int, str, str], None] = \
+        lambda turn, seq, stage, text: None
+    lines_skipped: Callable[[int], None] = lambda count: None
+    live: dict[str, TurnProgress] = field(default_factory=dict)  # turn id -> its progress
 
     def await_replies(self, conversation_id: str) -> None:
         """Block (a runner thread, never an actor) until the conversation's earlier writes
@@ -167,6 +183,7 @@ class _Running:
     stop_requested: float | None = None
     killed: bool = False
     last_heartbeat: float = 0.0
+    progress: TurnProgress | None = None
 
 
 class ConversationActor(pykka.ThreadingActor):
@@ -229,6 +246,7 @@ class ConversationActor(pykka.ThreadingActor):
         except Exception as exc:
             # Could not even start (workspace, prompt file): a failed attempt, retried with backoff.
             log.exception("turn could not start", extra={"turn_id": turn.turn_id})
+            self._env.live.pop(turn.turn_id, None)
             if self._running is not None:
                 self._env.tokens.revoke(self._running.token)
                 self._running = None
@@ -296,7 +314,24 @@ class ConversationActor(pykka.ThreadingActor):
         if running is None or running.turn.turn_id != turn_id:
             return
         self._running = None
-        self._env.tokens.revoke(running.token)
+        env = self._env
+        env.tokens.revoke(running.token)
+        env.live.pop(turn_id, None)
+        if outcome.skipped_lines:
+            env.lines_skipped(outcome.skipped_lines)
+        turn = running.turn
+        if outcome.resume_refused and turn.runner_session and running.stop_reason is None:
+            # The CLI no longer knows its session (its state was lost): once more, fresh.
+            log.warning("agent session unknown to the CLI; running the turn without it",
+                        extra={"turn_id": turn_id})
+            env.store.fifo.set_runner_session(turn.conversation_id, None)
+            try:
+                self._start(replace(turn, runner_session=None))
+                return
+            except Exception:
+                log.exception("turn could not start again", extra={"turn_id": turn_id})
+        # Whatever progress still waits goes before the answer (or is dropped).
+        env.progress_ended(replies.sessions_of(turn))
         try:
             self._settle(running, outcome)
         except Exception:
@@ -328,10 +363,15 @@ class ConversationActor(pykka.ThreadingActor):
                            replies.for_sessions(replies.sessions_of(turn), "response", replies.STOPPED,
                                                 turn.conversation_id))
             return
-        result = RESULT_BY_EXIT.get(outcome.exit_code) if reason is None else None
+        result = self._result(outcome) if reason is None else None
         if result is not None:
-            route = next((r for r in self._env.config.routes if r.name == turn.route), None)
-            effects = replies.turn_result(turn, result, outcome.stdout, route.reply if route else "none")
+            options = tuple((o.label, o.value) for o in running.progress.options) \
+                if running.progress else ()
+            if options and result is TurnResultKind.RESPONSE:
+                result = TurnResultKind.ELICITATION  # the agent offered choices: a question
+            route = self._env.config.route(turn.route)
+            effects = replies.turn_result(turn, result, outcome.stdout,
+                                          route.reply if route else "none", options)
             self._finalise(turn, result, now, outcome, outcome.stdout, effects)
             return
         error = self._failure_text(reason, outcome)
@@ -343,6 +383,14 @@ class ConversationActor(pykka.ThreadingActor):
         self._env.notify(self._env.on_failed, turn, error, state is TurnState.STALLED)
         if state is TurnState.STALLED:
             log.error("conversation stalled", extra={"conversation_id": turn.conversation_id})
+
+    @staticmethod
+    def _result(outcome: RunOutcome) -> TurnResultKind | None:
+        """A stream agent's answer says what it is; a text agent's exit code does. A signal or
+        a runner that could not run the agent is a failed attempt either way."""
+        if outcome.answer is not None and not outcome.signalled and not outcome.spawn_error:
+            return RESULT_BY_ANSWER[outcome.answer.kind]
+        return RESULT_BY_EXIT.get(outcome.exit_code)
 
     @staticmethod
     def _failure_text(reason: TurnResultKind | str | None, outcome: RunOutcome) -> str:
@@ -367,12 +415,16 @@ class ConversationActor(pykka.ThreadingActor):
     def _start(self, turn: ClaimedTurn) -> None:
         env = self._env
         prompt = prompt_for(turn, env.secret_values)
+        output = env.config.agent_output(turn.route)
+        progress = self._progress_of(turn)
         # Issued last: nothing below can fail, so a token never outlives a turn that did not start.
         lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
         token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
+        env.live[turn.turn_id] = progress
         spec = TurnSpec(
             turn_id=turn.turn_id,
-            argv=tuple(agent_argv(env.config, turn.route)),
+            argv=tuple(agent_argv(route_command(env.config, turn.route), output,
+                                  turn.runner_session)),
             cwd=env.workspaces.path_of(turn.conversation_id),
             env=agent_environment(env.base_env, env.secret_values, {
                 "WAKELINE_CONVERSATION_ID": turn.conversation_id,
@@ -382,11 +434,15 @@ class ConversationActor(pykka.ThreadingActor):
                 "WAKELINE_TOKEN": token,
                 "WAKELINE_ISSUE_ID": turn.issue_id or "",
                 "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",
+                "WAKELINE_AGENT_SESSION": turn.runner_session or "",
+                "PATH": agent_path(env.base_env),
             }),
             prompt=prompt,
             prompt_dir=env.prompts,
             before_start=lambda: env.await_replies(turn.conversation_id),
             prepare=lambda: env.prepare_workspace(turn),
+            reader=reader_for(output) if output != "text" else None,
+            on_progress=progress.offer,
         )
         me = self._me
 
@@ -397,11 +453,25 @@ class ConversationActor(pykka.ThreadingActor):
                 pass  # shutting down: the turn record stays for recovery
 
         process = TurnProcess(spec, on_exit, env.forkserver, env.runners)
-        self._running = _Running(turn, process, token, env.clock.monotonic())
+        self._running = _Running(turn, process, token, env.clock.monotonic(), progress=progress)
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})
         process.start()
         env.notify(env.on_started, turn)
+
+
+    def _progress_of(self, turn: ClaimedTurn) -> TurnProgress:
+        """Where this turn's progress goes: its sessions (if progress is on), the journal, and
+        the conversation's record of the agent's own session."""
+        env = self._env
+        seq = itertools.count(1)
+        store, cid = env.store, turn.conversation_id
+        return TurnProgress(
+            turn.turn_id, cid, replies.sessions_of(turn), env.secret_values,
+            env.progress_to_linear if env.config.agent.progress else None,
+            remember_session=lambda sid: (store.relax_durability(),  # bookkeeping: 0017
+                                          store.fifo.set_runner_session(cid, sid)),
+            journal=lambda stage, text: env.journal_progress(turn, next(seq), stage, text))
 
 
 def issue_title(turn: ClaimedTurn) -> str | None:
@@ -412,13 +482,18 @@ def issue_title(turn: ClaimedTurn) -> str | None:
     return turn.title or None
 
 
-def agent_argv(config: Config, route_name: str | None) -> list[str]:
-    """The route's command, else `agent.command`; a leading `python` is wakeline's interpreter."""
-    route = next((r for r in config.routes if r.name == route_name), None)
-    argv = list((route.command if route and route.command else None) or config.agent.command)
-    if argv[0] in ("python", "python3"):
-        argv[0] = sys.executable
-    return argv
+def route_command(config: Config, route_name: str | None) -> list[str]:
+    """The route's command, else `agent.command`."""
+    route = config.route(route_name)
+    return list((route.command if route and route.command else None) or config.agent.command)
+
+
+def agent_path(base: Mapping[str, str]) -> str:
+    """The agent's PATH: the inherited one, with wakeline's own `bin` first, so `wakeline
+    agent ...` and `wakeline linear ...` work inside a turn however wakeline was installed."""
+    path = base.get("PATH", os.defpath)
+    tools = str(Path(sys.executable).parent)
+    return path if tools in path.split(os.pathsep) else f"{tools}{os.pathsep}{path}"
 
 
 def agent_environment(base: Mapping[str, str], secret_values: Sequence[str],

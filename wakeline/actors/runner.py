@@ -10,6 +10,10 @@ read with fixed bounds: a flood costs CPU, never memory. When the child exits
 the runner calls `on_exit` with a `RunOutcome`; it never decides what the
 outcome means. Runner threads come from a fixed pool (one per turn slot), so a
 turn costs no thread start and its store connection stays open between turns.
+
+A stream agent's stdout is not kept: its lines go to the turn's `StreamReader` as
+they arrive (bounded per line), the progress they carry to `on_progress` at once,
+and the reader gives the answer when the child has exited.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import os
 import selectors
 import signal
 import threading
+import time
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
+from wakeline.agents.streams import ProgressEvent, StreamAnswer, StreamReader
 from wakeline.errors import WakelineError
 from wakeline.forkserver import ForkServer, SpawnFailed
 from wakeline.secrets import write_private
@@ -32,6 +38,10 @@ from wakeline.secrets import write_private
 log = logging.getLogger(__name__)
 
 STDOUT_MAX_BYTES = 1_048_576
+# A stream line longer than this is dropped unread (a reader skips such lines anyway).
+STREAM_LINE_MAX_BYTES = 4_000_000
+# After a read of a stream, wait this long for more lines before the next one.
+STREAM_GATHER_SECONDS = 0.02
 STDERR_TAIL_BYTES = 16_384
 _CHUNK = 65_536
 
@@ -50,6 +60,11 @@ class TurnSpec:
     # Makes the workspace ready (a directory, or a git worktree) and returns it; runs on the
     # runner thread after `before_start`, so a slow git never blocks the actor.
     prepare: Callable[[], Path] | None = None
+    # A stream agent (`output = "claude"` or `"codex"`): stdout is read line by line as it
+    # comes, its progress handed to `on_progress` on the runner thread, the answer read at
+    # the end. None: plain `text` output, kept whole.
+    reader: StreamReader | None = None
+    on_progress: Callable[[list[ProgressEvent]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,10 @@ class RunOutcome:
     stdout_truncated: bool = False
     stderr_tail: str = ""
     spawn_error: str | None = None
+    answer: StreamAnswer | None = None  # a stream agent's answer (`stdout` holds its text)
+    runner_session: str | None = None  # the stream CLI's own session id
+    resume_refused: bool = False  # the CLI did not know the session it was asked to resume
+    skipped_lines: int = 0  # stream lines that were not understood
 
     @property
     def signalled(self) -> bool:
@@ -85,6 +104,65 @@ class _Capture:
         room = self.limit - len(self.data)
         self.data += chunk[:room]
         self.dropped += max(len(chunk) - room, 0)
+
+
+class _Lines:
+    """Splits a stream agent's stdout into lines for its reader as the bytes arrive.
+
+    A line longer than `STREAM_LINE_MAX_BYTES` is dropped (counted) without being held
+    whole, so a 10 MB line costs CPU, never memory; bytes that are not UTF-8 are replaced.
+    """
+
+    def __init__(self, reader: StreamReader,
+                 on_progress: Callable[[list[ProgressEvent]], None] | None) -> None:
+        self.reader = reader
+        self._on_progress = on_progress
+        self._partial = bytearray()
+        self._discarding = False
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        """Feed every whole line in `chunk`; keep the unfinished rest."""
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        events: list[ProgressEvent] = []
+        for n, line in enumerate(lines):
+            if n == 0:
+                if self._discarding:  # the end of a line too long to keep
+                    self._discarding = False
+                    continue
+                if self._partial:
+                    self._partial += line
+                    line = bytes(self._partial)
+                    self._partial.clear()
+            events += self._feed(line)
+        self._keep(rest)
+        self._tell(events)
+
+    def close(self) -> None:
+        """The stream ended: a last line without its newline is fed as it is."""
+        if self._partial and not self._discarding:
+            self._tell(self._feed(bytes(self._partial)))
+        self._partial.clear()
+
+    def _keep(self, rest: bytes) -> None:
+        if self._discarding:
+            return
+        self._partial += rest
+        if len(self._partial) > STREAM_LINE_MAX_BYTES:
+            self._partial.clear()
+            self._discarding = True
+            self.dropped += 1
+
+    def _feed(self, line: bytes) -> list[ProgressEvent]:
+        return self.reader.feed(line.decode("utf-8", "replace").rstrip("\r"))
+
+    def _tell(self, events: list[ProgressEvent]) -> None:
+        if events and self._on_progress is not None:
+            try:
+                self._on_progress(events)
+            except Exception:  # progress is a courtesy: it never ends a turn
+                log.exception("progress listener failed")
 
 
 @contextmanager
@@ -199,7 +277,8 @@ class TurnProcess:
             os.close(out_r)
             os.close(err_r)
             return not_started
-        out = _Capture(STDOUT_MAX_BYTES)
+        out: _Capture | _Lines = _Capture(STDOUT_MAX_BYTES) if spec.reader is None \
+            else _Lines(spec.reader, spec.on_progress)
         err = _Capture(STDERR_TAIL_BYTES, keep_tail=True)
         try:
             self._pump(child.exit_fileno(), {out_r: out, err_r: err})
@@ -211,15 +290,24 @@ class TurnProcess:
             self._exited = True
         if code is None:
             return RunOutcome(exit_code=None, spawn_error="the fork server stopped during the turn")
+        stderr_tail = err.data.decode("utf-8", "replace")
+        if isinstance(out, _Lines):
+            out.close()
+            reader = out.reader
+            answer = reader.finish(code if code >= 0 else None, stderr_tail)
+            return RunOutcome(exit_code=code, stdout=answer.text, stderr_tail=stderr_tail,
+                              answer=answer, runner_session=reader.session_id,
+                              resume_refused=reader.resume_refused,
+                              skipped_lines=reader.skipped + out.dropped)
         return RunOutcome(
             exit_code=code,
             stdout=out.data.decode("utf-8", "replace"),
             stdout_truncated=out.dropped > 0,
-            stderr_tail=err.data.decode("utf-8", "replace"),
+            stderr_tail=stderr_tail,
         )
 
     @staticmethod
-    def _pump(exit_fd: int, captures: dict[int, _Capture]) -> None:
+    def _pump(exit_fd: int, captures: dict[int, _Capture | _Lines]) -> None:
         """Read the child's pipes until both close, or until it has exited and they are dry:
         a grandchild may keep them open after the agent exits."""
         with selectors.DefaultSelector() as sel:
@@ -231,6 +319,7 @@ class TurnProcess:
                 events = sel.select(timeout=0 if exited else None)
                 if not events:
                     break  # exited, and nothing more is waiting in the pipes
+                streamed = False
                 for key, _ in events:
                     if key.data is None:
                         exited = True
@@ -239,5 +328,10 @@ class TurnProcess:
                     chunk = os.read(key.fd, _CHUNK)
                     if chunk:
                         key.data.add(chunk)
+                        streamed = streamed or isinstance(key.data, _Lines)
                     else:
                         sel.unregister(key.fd)
+                if streamed and not exited:
+                    # A chatty stream: let its lines gather a moment, so a read (and its
+                    # wake-up of this thread) carries many; progress is throttled anyway.
+                    time.sleep(STREAM_GATHER_SECONDS)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -33,6 +34,7 @@ from wakeline.models.conversations import OwnershipCheck
 from wakeline.models.outbox import EffectKind, EffectState, PendingEffect
 from wakeline.models.store import Store
 from wakeline.providers.linear.client import LinearClient
+from wakeline.providers.linear.progress import Item, ProgressBoard
 from wakeline.providers.linear.lookups import (
     GONE, OWNER_QUERY, IssueOwner, LookupCache, is_not_found, parse_owner,
 )
@@ -68,10 +70,13 @@ class SettledWrite:
 def mutation_for(effect: PendingEffect) -> tuple[str, dict[str, Any]]:
     """The GraphQL document and variables of one effect; the effect id is the created object's id."""
     if effect.kind is EffectKind.AGENT_ACTIVITY:
-        return ACTIVITY_MUTATION, {"input": {
-            "id": effect.id, "agentSessionId": effect.target,
-            "content": {"type": effect.activity_type, "body": effect.body},
-        }}
+        data: dict[str, Any] = {"id": effect.id, "agentSessionId": effect.target,
+                                "content": {"type": effect.activity_type, "body": effect.body}}
+        if effect.options:
+            data["signal"] = "select"
+            data["signalMetadata"] = {"options": [{"label": label, "value": value}
+                                                  for label, value in effect.options]}
+        return ACTIVITY_MUTATION, {"input": data}
     return COMMENT_MUTATION, {"input": {"id": effect.id, "issueId": effect.target, "body": effect.body}}
 
 
@@ -80,8 +85,12 @@ class Tracker(pykka.ThreadingActor):
 
     def __init__(self, store: Store, client: LinearClient | None, clock: Clock,
                  max_concurrent_requests: int = 8, *, owner_of: OwnerOf = lambda team, project: None,
-                 ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS) -> None:
+                 ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS,
+                 progress: ProgressBoard | None = None,
+                 progress_skipped: Callable[[int], None] = lambda count: None) -> None:
         super().__init__()
+        self._board = progress or ProgressBoard(3000)  # turns offer, this actor sends
+        self._progress_skipped = progress_skipped
         self._store = store
         self._client = client
         self._clock = clock
@@ -131,7 +140,8 @@ class Tracker(pykka.ThreadingActor):
         self._listeners.append(listener)
 
     def kick(self) -> None:
-        """Send every prepared effect not already on its way."""
+        """Send every prepared effect not already on its way, and the progress that is due."""
+        self._send_progress()
         now = to_ms(self._clock.now())
         effects = self._store.outbox.prepared(limit=100, exclude=self._in_flight)
         if not effects:
@@ -145,11 +155,12 @@ class Tracker(pykka.ThreadingActor):
                 self._publish(SettledWrite(effect.id, effect.kind, effect.target,
                                            EffectState.REJECTED, ()))
             return
-        if not self._client.credential.usable():
-            return  # no token works: they wait, prepared, until one does (auth listener kicks)
+        if not self._client.credential.usable() or not self._client.budget.available():
+            return  # they wait, prepared: for a token (auth listener kicks), or the budget
         # One write per target at a time, oldest first: a session's acknowledgement, progress
         # and answer land in the order they were made, also after they waited for a token.
-        busy = set(self._in_flight_targets.values())
+        # A session whose ended turn still flushes its plan and links is busy too.
+        busy = set(self._in_flight_targets.values()) | self._board.flushing()
         ready = []
         for effect in effects:
             if effect.target not in busy:
@@ -166,6 +177,29 @@ class Tracker(pykka.ThreadingActor):
             self._in_flight_targets[effect.id] = effect.target
             assert self._pool is not None
             self._pool.submit(self._send, effect)
+
+    # --- progress ----------------------------------------------------------------------------
+
+    def progress_waiting(self) -> None:
+        """A session has progress waiting (or its turn ended): send what is due."""
+        self._send_progress()
+
+    def progress_sent(self, key: str) -> None:
+        """A worker finished a progress write: the session may write again."""
+        self._in_flight_targets.pop(key, None)
+        self.kick()  # the next progress write, or an answer that waited behind this one
+
+    def _send_progress(self) -> None:
+        skipped = self._board.drain_skipped()
+        if skipped:
+            self._progress_skipped(skipped)
+        due = self._board.take(int(self._clock.monotonic() * 1000),
+                               set(self._in_flight_targets.values()))
+        for session_id, item in due:
+            key = f"progress:{uuid.uuid4()}"
+            self._in_flight_targets[key] = session_id
+            assert self._pool is not None
+            self._pool.submit(self._write_progress, key, session_id, item)
 
     def settled(self, write: SettledWrite | None, effect_id: str) -> None:
         """A worker recorded an effect's outcome (None: it never left, the budget refused)."""
@@ -268,7 +302,10 @@ class Tracker(pykka.ThreadingActor):
         except (BudgetExhausted, LinearAuthUnavailable):
             state = None  # never left (or Linear refused the token, running nothing): it waits
         except ProviderRejected as exc:
-            state, error = EffectState.REJECTED, exc.detail
+            if "RATELIMITED" in exc.extra.get("codes", ()):
+                state = None  # Linear ran nothing: it waits for the reset and goes then
+            else:
+                state, error = EffectState.REJECTED, exc.detail
         except PossiblyDispatched as exc:
             state, error = EffectState.OUTCOME_UNKNOWN, exc.detail
         except WakelineError as exc:
@@ -295,6 +332,24 @@ class Tracker(pykka.ThreadingActor):
         except pykka.ActorDeadError:
             pass  # stopping: nobody is left to tell
 
+
+    def _write_progress(self, key: str, session_id: str, item: Item) -> None:
+        """On a worker: one attempt, shed first when the budget runs low; never retried."""
+        query, variables = item.request(session_id)
+        try:
+            assert self._client is not None
+            self._client.execute(query, variables, optional=True)
+        except (BudgetExhausted, LinearAuthUnavailable):
+            self._progress_skipped(1)
+        except WakelineError as exc:
+            log.info("progress write not confirmed", extra={"session_id": session_id,
+                                                            "error": exc.code})
+        except Exception:
+            log.exception("progress write failed", extra={"session_id": session_id})
+        try:
+            self._me.progress_sent.defer(key)
+        except pykka.ActorDeadError:
+            pass
 
     def _write(self, intents: list[str], query: str, variables: dict[str, Any] | None,
                operation_name: str | None) -> dict[str, Any]:

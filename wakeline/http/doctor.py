@@ -128,7 +128,7 @@ class Doctor:
             "or linear.client_id, then restart)" if credential is None else
             f"not usable: {auth.detail if auth else ''} ({auth.fix if auth else ''})",
         ))
-        per_hour = self._config.linear.request_budget_per_hour
+        per_hour = self._config.linear.requests_per_hour
         used = self._budget.used() if self._budget is not None else 0
         checks.append(_check("linear_budget", used < per_hour,
                              f"{used} of {per_hour} requests used in the last hour"))

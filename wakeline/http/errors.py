@@ -32,6 +32,8 @@ STATUS: dict[type[e.WakelineError], int] = {
     e.PossiblyDispatched: 504,
     e.RequiresConnectedLinear: 503,
     e.InstallRefused: 400,
+    e.InvalidProgress: 400,
+    e.NoTurn: 409,
 }
 
 # Codes for falcon's own errors (routing, methods), so every error body is {"error": CODE}.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 import falcon
@@ -12,7 +13,7 @@ from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.errors import BadRequest
 from wakeline.http import (
-    conversations, doctor, effects, errors, install, journal as journal_routes, linear,
+    conversations, doctor, effects, errors, install, journal as journal_routes, linear, progress,
 )
 from wakeline.http.auth import BearerAuth, lanes
 from wakeline.http.params import int_param, json_body
@@ -23,6 +24,7 @@ from wakeline.models.store import Store
 from wakeline.tokens import Lane, TokenRegistry
 
 if TYPE_CHECKING:
+    from wakeline.agents.progress import TurnProgress
     from wakeline.journal import JournalFile
     from wakeline.providers.linear.client import RequestBudget
     from wakeline.providers.linear.credentials import Credential
@@ -161,6 +163,7 @@ def create_operator_app(
     journal: JournalFile | None = None,
     credential: Credential | None = None,
     installer: Installer | None = None,
+    live_turns: Mapping[str, TurnProgress] | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
@@ -174,6 +177,7 @@ def create_operator_app(
     conversations.add_routes(app, store, supervisor)
     linear.add_routes(app, store, clock, tracker, settled, credential)
     install.add_routes(app, installer)
+    progress.add_routes(app, live_turns)
     effects.add_routes(app, store, echo_memory)
     doctor.add_routes(app, config, store, secrets, budget, credential)
     journal_routes.add_routes(app, journal)

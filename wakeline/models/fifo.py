@@ -58,6 +58,7 @@ class ClaimedTurn:
     entries: tuple[FifoEntry, ...]
     inbox_headlines: tuple[str, ...] = ()
     workspace_branch: str | None = None
+    runner_session: str | None = None  # the agent CLI's own session, to resume
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ _WAITING = (DeliveryState.PENDING.value, DeliveryState.HELD.value)
 
 _CONVERSATION = (
     "SELECT id, kind, terminal, ownership, session_id, route, title, issue_id, issue_identifier,"
-    " tainted, workspace_branch, workspace_cleanup, workspace_kept FROM conversations WHERE id = ?"
+    " tainted, workspace_branch, workspace_cleanup, workspace_kept, runner_session"
+    " FROM conversations WHERE id = ?"
 )
 _HAS_TURN = "SELECT 1 FROM turns WHERE conversation_id = ?"
 _HEAD = (
@@ -126,6 +128,7 @@ class _Conv:
     workspace_branch: str | None
     workspace_cleanup: int
     workspace_kept: str | None
+    runner_session: str | None
 
 
 def _new_id(prefix: str) -> str:
@@ -185,7 +188,7 @@ class Fifo:
             turn_id=turn_id, conversation_id=conv.id, attempt=1, session_id=session_id,
             kind=conv.kind, route=conv.route, title=conv.title, issue_id=conv.issue_id,
             issue_identifier=conv.issue_identifier, tainted=bool(conv.tainted), entries=entries,
-            workspace_branch=conv.workspace_branch,
+            workspace_branch=conv.workspace_branch, runner_session=conv.runner_session,
         )
 
     def _claim_slow(self, conversation_id: str, now: int, max_deliveries: int,
@@ -291,6 +294,7 @@ class Fifo:
             entries=entries,
             inbox_headlines=inbox_headlines,
             workspace_branch=conv.workspace_branch,
+            runner_session=conv.runner_session,
         )
 
     def turn_alive(self, turn_id: str) -> bool:
@@ -395,7 +399,9 @@ class Fifo:
             if turn is not None:
                 self._end(turn.id, TurnResultKind.RESET, now)
             session_id = _new_id("ses")
-            t.conversations.update(session_id=session_id, reset_at=now, updated_at=now) \
+            # The agent's own context goes with wakeline's: the next turn starts fresh.
+            t.conversations.update(session_id=session_id, reset_at=now, updated_at=now,
+                                   runner_session=None) \
                 .where(t.conversations.id == conversation_id).execute()
             self._owe_cleanup(conversation_id)
             completed = self._complete_before_boundary(conversation_id, now)
@@ -421,7 +427,13 @@ class Fifo:
         """
         self._answer_open_sessions(conversation_id, reply, now)
         self._owe_cleanup(conversation_id)
+        self.set_runner_session(conversation_id, None)  # a reopened issue starts fresh
         return self._retire_work(conversation_id, now)
+
+    def set_runner_session(self, conversation_id: str, runner_session: str | None) -> None:
+        """Remember (or forget) the agent CLI's own session for the conversation's next turn."""
+        c = self._t.conversations
+        c.update(runner_session=runner_session).where(c.id == conversation_id).execute()
 
     def _retire_work(self, conversation_id: str, now: int) -> int:
         t, d = self._t, self._t.deliveries

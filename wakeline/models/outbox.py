@@ -57,6 +57,8 @@ class EffectSpec:
     body: str
     activity_type: str | None = None
     conversation_id: str | None = None
+    # An elicitation's choices, (label, value) each: it goes out with `signal: "select"`.
+    options: tuple[tuple[str, str], ...] = ()
 
     def summary(self) -> str:
         """A body-free description for listings."""
@@ -86,6 +88,7 @@ class PendingEffect:
     target: str
     body: str
     activity_type: str | None
+    options: tuple[tuple[str, str], ...] = ()
 
 
 _PREPARE = (
@@ -120,7 +123,9 @@ class Outbox:
         ids = []
         for spec in specs:
             effect_id = str(uuid.uuid4())
-            payload = {"type": spec.activity_type, "body": spec.body}
+            payload: dict[str, Any] = {"type": spec.activity_type, "body": spec.body}
+            if spec.options:
+                payload["options"] = [list(o) for o in spec.options]
             mutation_hash = hashlib.sha256(json.dumps([spec.kind, spec.target, payload]).encode()).hexdigest()
             self._db.execute_sql(_PREPARE, (effect_id, spec.kind.value, spec.conversation_id,
                                             spec.target, spec.summary(), json.dumps(payload),
@@ -137,7 +142,8 @@ class Outbox:
                 continue
             payload = json.loads(body or "{}")
             out.append(PendingEffect(effect_id, EffectKind(kind), target, payload.get("body", ""),
-                                     payload.get("type")))
+                                     payload.get("type"),
+                                     tuple((str(o[0]), str(o[1])) for o in payload.get("options") or ())))
         return out[:limit]
 
     def mark_dispatched(self, effect_id: str, now: int) -> bool:

@@ -256,4 +256,9 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # The agent CLI's own session id (Claude's session, Codex's thread), resumed next turn.
+    ["ALTER TABLE conversations ADD COLUMN runner_session TEXT"]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -34,6 +34,7 @@ class Conversation(_Table):
     issue_id = TextField(null=True)
     issue_identifier = TextField(null=True)
     agent_session_id = TextField(null=True)
+    runner_session = TextField(null=True)
     tainted = BooleanField(default=False)
     ownership = TextField(default="owned")
     project_id = TextField(null=True)

@@ -92,6 +92,7 @@ def _summary(conv: Any, turn: Any, counts: dict[tuple[str, str], int]) -> dict[s
         "claimed": counts.get((conv.id, DeliveryState.CLAIMED.value), 0),
         "session": conv.session_id,
         "agentSession": conv.agent_session_id,
+        "runnerSession": conv.runner_session,
         "issue": {"id": conv.issue_id, "identifier": conv.issue_identifier} if conv.issue_id else None,
         "turn": _turn(turn),
         "ownership": _ownership(conv),

@@ -60,14 +60,16 @@ class Harness:
 @pytest.fixture
 def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
             ) -> Iterator[Callable[..., Harness]]:
-    """Start a service whose agent runs `agent.py MODE ARG`; agent keywords override [agent]."""
+    """Start a service whose agent runs `agent.py MODE ARG` (or `script`); agent keywords
+    override [agent]."""
     started: list[Service] = []
 
     def start(mode: str = "ok", arg: str = "", *, linear: FakeLinear | None = None,
               routes: list[dict[str, Any]] | None = None, credential: bool = True,
               linear_config: dict[str, Any] | None = None, client_secret: str | None = None,
-              **agent: Any) -> Harness:
-        argv = [sys.executable, str(AGENT), mode] + ([arg] if arg else [])
+              script: Path = AGENT, command: list[str] | None = None,
+              env: dict[str, str] | None = None, **agent: Any) -> Harness:
+        argv = command or [sys.executable, str(script), mode] + ([arg] if arg else [])
         fake = linear or FakeLinear()
         fakes.append(fake.start())
         config = make_config(
@@ -78,12 +80,12 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
                               {"name": "ops", "teams": ["OPS"], "mode": "issue"}],
         )
         log = tmp_path / f"agent-runs{len(started)}.jsonl"
-        env = {"PATH": "/usr/bin:/bin", "FAKE_AGENT_LOG": str(log),
-               "WAKELINE_LINEAR_API_KEY": "must-not-leak", "UNRELATED": "kept"}
+        base = {"PATH": "/usr/bin:/bin", "FAKE_AGENT_LOG": str(log),
+                "WAKELINE_LINEAR_API_KEY": "must-not-leak", "UNRELATED": "kept", **(env or {})}
         keys = secrets if credential else replace(secrets, linear_api_key=None)
         if client_secret is not None:
             keys = replace(keys, client_secret=SecretStr(client_secret))
-        service = build_service(config, keys, base_env=env, tick_seconds=0.05,
+        service = build_service(config, keys, base_env=base, tick_seconds=0.05,
                                 ownership_backoff_seconds=(0.2,))
         service.turn_env.kill_grace_seconds = 0.5
         service.start()
@@ -93,7 +95,7 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         def restart() -> None:
             """Stop this service and start another on the same state, as after a crash."""
             harness.service.stop()
-            again = build_service(config, keys, base_env=env, tick_seconds=0.05,
+            again = build_service(config, keys, base_env=base, tick_seconds=0.05,
                                   ownership_backoff_seconds=(0.2,))
             again.turn_env.kill_grace_seconds = 0.5
             again.start()

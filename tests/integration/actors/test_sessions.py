@@ -158,17 +158,18 @@ def test_provider_failures_are_never_retried(harness: Callable[..., Any]) -> Non
     assert len([r for r in fake.activities() if r.input["content"]["type"] == "thought"]) == 3
 
 
-def test_ratelimited_blocks_later_writes_before_dispatch(harness: Callable[..., Any]) -> None:
-    fake = FakeLinear(script=["ratelimited"])
+def test_ratelimited_answers_wait_for_the_reset_and_go_out_once(harness: Callable[..., Any]) -> None:
+    fake = FakeLinear(script=["ratelimited"], ratelimit_reset_seconds=2.0)
     h = harness("sleep", "3600", linear=fake)
     h.deliver(session_event(session_id="s-0", issue_id="i-0", identifier="ENG-0"))
-    wait_until(lambda: effects(h, "rejected"))
+    wait_until(lambda: len(fake.requests) == 1, message="the first write met the rate limit")
     h.deliver(session_event(session_id="s-1", issue_id="i-1", identifier="ENG-1"))
-    wait_until(lambda: len(effects(h, "prepared")) == 1)
-    for _ in range(3):  # kicks send whatever may be sent: none may reach the fake
+    wait_until(lambda: len(effects(h, "prepared")) == 2, message="both wait, Linear ran neither")
+    for _ in range(3):  # kicks send whatever may be sent: nothing before the reset
         h.service.tracker.kick().get()
-    assert len(fake.requests) == 1
-    assert "Rate limit" in effects(h, "rejected")[0]["error"]
+    assert len(fake.requests) == 1 and not effects(h, "rejected")
+    wait_until(lambda: len(effects(h, "confirmed")) == 2, timeout=15, message="sent after it")
+    assert sorted(r.input["agentSessionId"] for r in fake.activities()[1:]) == ["s-0", "s-1"]
 
 
 def test_provider_messages_are_redacted(harness: Callable[..., Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -58,3 +59,43 @@ def test_the_prompt_file_is_owner_only_while_it_exists(
     with prompt_stdin(spec(tmp_path)) as fh:
         assert os.fstat(fh.fileno()).st_mode & 0o777 == 0o600
         assert fh.read().decode("utf-8") == PROMPT
+
+
+STREAMER = """
+import json, os, sys, time
+sys.stdin.read()
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-9"}), flush=True)
+# Wait until the runner has handed that line on: a runner that buffered stdout to the end
+# would never let this child go on.
+deadline = time.monotonic() + 20
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+sys.stdout.buffer.write(b"\\xff\\xfe not utf-8\\n" + b"y" * 5_000_000 + b"\\n")
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
+                  "result": "seen " + str(os.path.exists(sys.argv[1]))}))
+sys.stdout.write('{"type": "assistant", "mess')  # the stream stops mid-line
+"""
+
+
+def test_a_stream_is_read_line_by_line_while_the_agent_runs(
+        tmp_path: Path, forkserver: ForkServer) -> None:
+    from dataclasses import replace
+
+    from wakeline.agents.streams import SessionStarted, reader_for
+
+    marker = tmp_path / "handed-on"
+    seen: list[object] = []
+
+    def on_progress(events: list[object]) -> None:
+        seen.extend(events)
+        marker.touch()
+
+    script = tmp_path / "streamer.py"
+    script.write_text(STREAMER)
+    turn = replace(spec(tmp_path, (sys.executable, str(script), str(marker))),
+                   reader=reader_for("claude"), on_progress=on_progress)
+    outcome = run(turn, forkserver)
+    assert seen == [SessionStarted("s-9")]
+    assert outcome.answer is not None and outcome.answer.text == "seen True"
+    assert outcome.stdout == "seen True" and outcome.runner_session == "s-9"
+    assert outcome.skipped_lines == 3  # not UTF-8 (nor JSON), the 5 MB line, the cut-off one

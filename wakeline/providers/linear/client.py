@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 30.0
 MESSAGE_MAX_CHARS = 1_000
+# Progress (optional requests) is shed once this share of the hourly budget is used.
+SHED_AT = 0.8
+# Linear said RATELIMITED without a reset time: wait this long before the next request.
+RATELIMITED_BLOCK_SECONDS = 60.0
 
 
 @dataclass
@@ -46,8 +50,9 @@ class RequestBudget:
         self._sent: deque[float] = deque()
         self._blocked_until = 0.0
 
-    def take(self) -> None:
-        """Count one request, or raise `BudgetExhausted` without sending it."""
+    def take(self, optional: bool = False) -> None:
+        """Count one request, or raise `BudgetExhausted` without sending it. An `optional`
+        request (progress) is refused already past `SHED_AT` of the budget."""
         now = self.clock.now().timestamp()
         with self._lock:
             if now < self._blocked_until:
@@ -55,15 +60,25 @@ class RequestBudget:
                                       retryAfterSeconds=round(self._blocked_until - now, 1))
             while self._sent and self._sent[0] <= now - 3600:
                 self._sent.popleft()
-            if len(self._sent) >= self.per_hour:
-                raise BudgetExhausted("the hourly request budget is spent",
+            cap = self.per_hour * SHED_AT if optional else self.per_hour
+            if len(self._sent) >= cap:
+                raise BudgetExhausted("the hourly request budget is spent" if not optional else
+                                      "progress is shed: the hourly budget is nearly spent",
                                       retryAfterSeconds=round(self._sent[0] + 3600 - now, 1))
             self._sent.append(now)
 
-    def observe(self, headers: Any) -> None:
-        """Block until Linear's reset when its headers say nothing is left."""
+    def available(self) -> bool:
+        """Whether a (non-optional) request would be taken now."""
         now = self.clock.now().timestamp()
-        until = 0.0
+        with self._lock:
+            recent = sum(1 for t in self._sent if t > now - 3600)
+            return now >= self._blocked_until and recent < self.per_hour
+
+    def observe(self, headers: Any, rate_limited: bool = False) -> None:
+        """Block until Linear's reset when its headers say nothing is left, or for a minute
+        when it answered RATELIMITED without saying until when."""
+        now = self.clock.now().timestamp()
+        until = now + RATELIMITED_BLOCK_SECONDS if rate_limited else 0.0
         retry_after = headers.get("Retry-After")
         if retry_after:
             try:
@@ -76,7 +91,7 @@ class RequestBudget:
             if remaining is not None and reset is not None:
                 try:
                     if int(remaining) <= 0:
-                        until = max(until, int(reset) / 1000)
+                        until = int(reset) / 1000 if rate_limited else max(until, int(reset) / 1000)
                 except ValueError:
                     pass
         if until > now:
@@ -111,12 +126,18 @@ class LinearClient:
         """Where the `Authorization` header comes from."""
         return self._credential
 
+    @property
+    def budget(self) -> RequestBudget:
+        """The request budget every call takes from."""
+        return self._budget
+
     def execute(self, query: str, variables: dict[str, Any] | None = None,
                 operation_name: str | None = None, *,
-                authorization: str | None = None) -> dict[str, Any]:
+                authorization: str | None = None, optional: bool = False) -> dict[str, Any]:
         """Send one operation once; returns the whole GraphQL response (`data`, maybe `errors`).
 
-        `authorization` overrides the credential (an install checks its new token with it).
+        `authorization` overrides the credential (an install checks its new token with it);
+        an `optional` request (progress) is shed first when the budget runs low.
 
         Raises:
             LinearAuthUnavailable: no token works; nothing was run.
@@ -127,7 +148,7 @@ class LinearClient:
         if operation_name:
             payload["operationName"] = operation_name
         header = authorization or self._credential.header()
-        self._budget.take()
+        self._budget.take(optional)
         resp = self._post(payload, header)
         if _unauthenticated(resp) and authorization is None:
             fresh = self._credential.refused(header)
@@ -149,10 +170,12 @@ class LinearClient:
             raise PossiblyDispatched(f"no answer from Linear ({exc.__class__.__name__})") from None
 
     def _read(self, resp: requests.Response) -> dict[str, Any]:
-        self._budget.observe(resp.headers)
         if resp.status_code >= 500:
+            self._budget.observe(resp.headers)
             raise PossiblyDispatched(f"Linear answered {resp.status_code}")
         body = _json(resp)
+        codes = error_codes(body.get("errors")) if isinstance(body, dict) else []
+        self._budget.observe(resp.headers, rate_limited="RATELIMITED" in codes)
         if not isinstance(body, dict):
             if resp.status_code >= 400:
                 raise ProviderRejected(f"Linear answered {resp.status_code}", status=resp.status_code)
@@ -160,7 +183,7 @@ class LinearClient:
         errors = body.get("errors")
         if errors or resp.status_code >= 400:
             raise ProviderRejected(self._message(errors, resp.status_code), status=resp.status_code,
-                                   codes=error_codes(errors))
+                                   codes=codes)
         return body
 
     def _message(self, errors: Any, status: int) -> str:

@@ -51,9 +51,12 @@ def bounded(text: str, limit: int = BODY_MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 40].rstrip() + "\n\n…(output truncated)"
 
 
-def activity(session_id: str, kind: str, body: str, conversation_id: str | None = None) -> EffectSpec:
-    """An agent activity (`thought`, `response`, `error`, `elicitation`) on a session."""
-    return EffectSpec(EffectKind.AGENT_ACTIVITY, session_id, bounded(body), kind, conversation_id)
+def activity(session_id: str, kind: str, body: str, conversation_id: str | None = None,
+             options: tuple[tuple[str, str], ...] = ()) -> EffectSpec:
+    """An agent activity (`thought`, `response`, `error`, `elicitation`) on a session; an
+    elicitation with `options` offers them as a `select`."""
+    return EffectSpec(EffectKind.AGENT_ACTIVITY, session_id, bounded(body), kind, conversation_id,
+                      options)
 
 
 def comment(issue_id: str, body: str, conversation_id: str | None = None) -> EffectSpec:
@@ -76,16 +79,21 @@ def for_sessions(sessions: Iterable[str], kind: str, body: str, conversation_id:
     return [activity(s, kind, body, conversation_id) for s in sessions]
 
 
-def turn_result(turn: ClaimedTurn, result: TurnResultKind, output: str, reply: str) -> list[EffectSpec]:
-    """What a finished turn posts: an activity per session; a comment for issue routes that reply."""
+def turn_result(turn: ClaimedTurn, result: TurnResultKind, output: str, reply: str,
+                options: tuple[tuple[str, str], ...] = ()) -> list[EffectSpec]:
+    """What a finished turn posts: an activity per session; a comment for issue routes that
+    reply. A question with `options` offers them (a `select` in a session, a list in a comment)."""
     kind = ACTIVITY_BY_RESULT.get(result)
     if kind is None:
         return []
     body = output.strip() or (EMPTY_RESPONSE if kind == "response" else f"The agent ended with {kind}.")
+    options = options if kind == "elicitation" else ()
     sessions = sessions_of(turn)
-    effects = for_sessions(sessions, kind, body, turn.conversation_id)
+    effects = [activity(s, kind, body, turn.conversation_id, options) for s in sessions]
     if not sessions and reply == "comment" and turn.issue_id and kind in ("response", "elicitation"):
-        effects.append(comment(turn.issue_id, body, turn.conversation_id))
+        listed = "".join(f"\n- {label} (`{value}`)" for label, value in options)
+        effects.append(comment(turn.issue_id, body + ("\n\nReply with one of:" + listed
+                                                      if listed else ""), turn.conversation_id))
     return effects
 
 
