@@ -215,3 +215,19 @@ def test_an_issue_route_journals_progress_and_writes_none(harness: Callable[...,
     assert not [w for w in writes(h.linear) if w["kind"] != "thought"]
     wait_until(lambda: {"thought", "plan"} <= {e["stage"] for e in h.api(
         "GET", "/v1/journal").json()["entries"]}, message="journaled")
+
+
+def test_an_answer_that_waits_for_the_rate_limit_survives_a_restart(
+        harness: Callable[..., Any]) -> None:
+    fake = FakeLinear(script=["ok", "ratelimited"], ratelimit_reset_seconds=3600)
+    h = start(harness, "slow", "1", linear=fake, progress=False)
+    h.deliver(session_event(session_id="s-1"))
+    wait_until(lambda: len(fake.activities()) == 2, message="the answer met the rate limit")
+    wait_until(lambda: h.service.store.outbox.unsettled() == 1, message="the answer waits")
+    h.restart()  # the limit's reset is an hour away; the answer is on disk
+    wait_until(lambda: len(fake.activities()) == 3, message="sent after the restart")
+    sent = writes(fake)
+    assert [w["kind"] for w in sent] == ["thought", "response", "response"]  # refused, then sent
+    assert sent[1]["body"] == sent[2]["body"] == "done slowly"
+    assert [r.refused for r in fake.activities()] == [False, False, False]
+    wait_until(lambda: h.service.store.outbox.unsettled() == 0, message="settled once")
