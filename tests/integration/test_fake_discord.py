@@ -57,10 +57,10 @@ def discord_py_at(api_url: str, gateway_url: str) -> Iterator[None]:
     """Point discord.py 2.7.1's REST at `api_url` and its Gateway at `gateway_url`.
 
     discord.py has no per-client option for either: every REST route is built from the class
-    attribute `Route.BASE`, and every Gateway connection that has no address of its own (the
-    first one, and a fresh IDENTIFY after INVALID_SESSION) goes to the class attribute
-    `DiscordWebSocket.DEFAULT_GATEWAY`; a RESUME goes to READY's `resume_gateway_url`. Both
-    are process-wide, so they are restored when the block ends.
+    attribute `Route.BASE`, and a Gateway connection goes to the class attribute
+    `DiscordWebSocket.DEFAULT_GATEWAY` unless discord.py holds an address of its own (READY's
+    `resume_gateway_url`, kept for RESUMEs; INVALID_SESSION resets it to DEFAULT_GATEWAY).
+    Both are process-wide, so they are restored when the block ends.
     """
     saved = Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
     Route.BASE = api_url.rstrip("/")
