@@ -261,4 +261,22 @@ MIGRATIONS.append(
     ["ALTER TABLE conversations ADD COLUMN runner_session TEXT"]
 )
 
+MIGRATIONS.append(
+    # Plan, approve, execute (routes with `planning`): one gate per issue conversation; the
+    # execution lease is its `lease_since`, so at most one per issue.
+    ["""CREATE TABLE plan_gates (
+            conversation_id TEXT PRIMARY KEY REFERENCES conversations (id),
+            phase TEXT NOT NULL CHECK (phase IN ('none', 'planning', 'awaiting', 'approved')),
+            rev INTEGER NOT NULL DEFAULT 0,
+            plan TEXT,
+            comment_id TEXT,
+            approved_rev INTEGER,
+            approved_by TEXT,
+            approved_plan TEXT,
+            lease_since INTEGER,
+            lease_delivery TEXT,
+            updated_at INTEGER NOT NULL
+        )"""]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)
