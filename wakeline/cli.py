@@ -43,6 +43,8 @@ NEXT_STEP = {
     "possibly_dispatched": "check in Linear whether it happened before sending it again",
     "confirm_mismatch": "pass --confirm once for each id in targets, and nothing else",
     "unavailable": "the service's store or journal is busy or failing: see its log, then retry",
+    "route_off": "`wakeline doctor` says why the Matrix route is off; fix that, then restart",
+    "matrix_unavailable": "the Matrix connection is not up: see `wakeline status`, then retry",
 }
 
 
@@ -864,6 +866,10 @@ def follow(ctx: Context, state: str | None, as_json: bool) -> None:
     else:
         data = ctx.call("PUT", "/v1/following", json={"following": state == "on"})
     emit(data, as_json, lambda d: f"following: {'on' if d['following'] else 'off'}")
+
+
+# `wakeline matrix ...` and `wakeline approvals ...` (Matrix routes) live in their own module.
+from wakeline import cli_matrix  # noqa: E402,F401  (registers its commands on `cli`)
 
 
 def main() -> None:
