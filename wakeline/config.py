@@ -183,7 +183,7 @@ class RouteConfig(_Section):
 
 
 MATRIX_ID = r"^@[^:\s]+:\S+$"
-ROOM_ID = r"^![^:\s]+:\S+$"
+ROOM_ID = r"^!\S+$"  # room version 12 ids have no server part
 
 
 class MatrixConnectionConfig(_Section):

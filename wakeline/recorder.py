@@ -103,10 +103,11 @@ class Recorder:
                         sender="wakeline", to="matrix", text=text, thread=approval.conversation_id,
                         stage=str(approval.status)))
 
-    def matrix_connection(self, connection: str, event: str, text: str) -> None:
-        """Something about a Matrix connection: stalled, resumed, a route switched off, a gap."""
+    def matrix_connection(self, connection: str, event: str, text: str, about: str = "") -> None:
+        """Something about a Matrix connection: stalled, resumed, a route switched off (`about`
+        names it), a gap in a room's timeline."""
         at = self._now()
-        self._tell(Note(id=f"lifecycle:matrix:{connection}:{at}:{event}", kind="lifecycle",
+        self._tell(Note(id=f"lifecycle:matrix:{connection}:{at}:{event}:{about}", kind="lifecycle",
                         at_ms=at, sender="matrix", to="wakeline", text=text,
                         stage=f"matrix_{event}"))
 

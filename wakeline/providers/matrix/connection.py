@@ -95,8 +95,8 @@ class ConnectionHooks:
 
     wake: Callable[[list[str]], None] = lambda ids: None
     inbound: Callable[[RoomEvent, str], None] = lambda event, conversation_id: None
-    # (connection, event, text): stalled, resumed, route_off, limited
-    lifecycle: Callable[[str, str, str], None] = lambda name, event, text: None
+    # (connection, event, text, about): stalled, resumed, route_off (about: the route), limited
+    lifecycle: Callable[[str, str, str, str], None] = lambda name, event, text, about: None
     # (the approval as settled): sent or failed
     settled: Callable[[Approval], None] = lambda approval: None
     counted: Callable[[str, int], None] = lambda verdict, n: None
@@ -191,7 +191,8 @@ class MatrixConnection(pykka.ThreadingActor):
                             extra={"connection": self.name, "room_id": room_id})
                 self._hooks.lifecycle(self.name, "limited", f"Room {room_id} (route "
                                       f"{state.route.name}): the homeserver left a gap before "
-                                      "this page's events; they are not read back.")
+                                      "this page's events; they are not read back.",
+                                      state.route.name)
             for event in timeline.events:
                 verdict = classify(event, self._conn.user_id)
                 if verdict is Verdict.HOLD:
@@ -212,7 +213,7 @@ class MatrixConnection(pykka.ThreadingActor):
                 self._health.hold(None)
                 if current.stalled:
                     self._hooks.lifecycle(self.name, "resumed", "The undecryptable event's keys "
-                                          "arrived: the connection syncs on.")
+                                          "arrived: the connection syncs on.", current.event_id)
                 log.info("matrix page no longer held", extra={"connection": self.name})
             return
         if current is None or (current.room_id, current.event_id) != held:
@@ -228,12 +229,12 @@ class MatrixConnection(pykka.ThreadingActor):
                     "keys with the device (verify it; see docs/operations.md).")
             log.error("matrix connection stalled", extra={"connection": self.name,
                                                           "event_id": current.event_id})
-            self._hooks.lifecycle(self.name, "stalled", text)
+            self._hooks.lifecycle(self.name, "stalled", text, current.event_id)
 
     def _route_went_off(self, route: str, reason: str) -> None:
         log.error("matrix route switched off", extra={"connection": self.name, "route": route,
                                                       "reason": reason})
-        self._hooks.lifecycle(self.name, "route_off", f"Route {route} switched off: {reason}.")
+        self._hooks.lifecycle(self.name, "route_off", f"Route {route} switched off: {reason}.", route)
 
     # --- approved sends ----------------------------------------------------------------------
 

@@ -132,7 +132,7 @@ class MatrixRoutes:
 
         actor = c.actor
         c.loop = SyncLoop(c.name, open_client, lambda client: self._prepare(c, client),
-                          lambda page: actor.handle_page(page).get(HANDLE_TIMEOUT_SECONDS),
+                          lambda page: actor.handle_page(page).get(timeout=HANDLE_TIMEOUT_SECONDS),
                           self._store.rooms.cursor(c.name),
                           poll_ms=int(c.config.sync_timeout_seconds * 1000),
                           retry_max_seconds=c.config.retry_max_seconds)
@@ -184,7 +184,8 @@ class MatrixRoutes:
                                                               "reason": state.detail})
                 if before.on or before.detail != state.detail:
                     self._recorder.matrix_connection(c.name, "route_off", f"Route "
-                                                     f"{state.route.name} is off: {state.detail}.")
+                                                     f"{state.route.name} is off: {state.detail}.",
+                                                     state.route.name)
             else:
                 log.info("matrix route on", extra={"route": state.route.name, "detail": state.detail})
         return True
@@ -216,7 +217,8 @@ class MatrixRoutes:
                 log.error("matrix route switched off", extra={"route": route.name,
                                                               "reason": state.detail})
                 self._recorder.matrix_connection(c.name, "route_off",
-                                                 f"Route {route.name} is off: {state.detail}.")
+                                                 f"Route {route.name} is off: {state.detail}.",
+                                                 route.name)
             raise RouteOff(f"route {route.name} is off: {state.detail}")
 
     # --- sends ----------------------------------------------------------------------------------
@@ -360,7 +362,8 @@ class MatrixRoutes:
                 if state.on and now is not None and not now.on:
                     if c.routes.switch_off(state.route.name, now.detail):
                         self._recorder.matrix_connection(c.name, "route_off", f"Route "
-                                                         f"{state.route.name} is off: {now.detail}.")
+                                                         f"{state.route.name} is off: {now.detail}.",
+                                                         state.route.name)
                     state = c.routes.get(state.route.name) or state
                 detail = state.detail if state.on else f"off: {state.detail}"
                 items.append(_item(f"matrix route {state.route.name}", state.on,
