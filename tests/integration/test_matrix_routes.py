@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,112 +17,20 @@ import pytest
 
 pytest.register_assert_rewrite("tests.support.synapse", "tests.support.matrix")
 
-from pydantic import SecretStr  # noqa: E402
-
-from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET  # noqa: E402
 from tests.helpers import wait_until  # noqa: E402
-from tests.support.matrix import World, Writer, make_world  # noqa: E402
+from tests.support.matrix import (  # noqa: E402
+    Running, World, Writer, journal, matrix_config, secrets_for,
+)
 from tests.support.synapse import Homeserver  # noqa: E402
-from wakeline.app import Service, build_service  # noqa: E402
 from wakeline.config import Config  # noqa: E402
-from wakeline.net import http_session  # noqa: E402
-from wakeline.secrets import Secrets  # noqa: E402
 
 pytest.importorskip("nio", reason="matrix-nio is not installed: pip install 'wakeline[matrix]'")
 
 pytestmark = pytest.mark.slow
-pytest_plugins = ["tests.support.synapse"]
+# The session's Synapse, and the Matrix world and service fixtures on it.
+pytest_plugins = ["tests.support.synapse", "tests.support.matrix"]
 
-AGENT = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
 WAIT = 30.0
-
-
-def matrix_config(make_config: Callable[..., Config], world: World, routes: list[dict[str, Any]],
-                  agent: list[str] | None = None, more: dict[str, dict[str, Any]] | None = None,
-                  **connection: Any) -> Config:
-    """A config with connection `me` (the world's owner), `more` connections, these routes."""
-    me = {"homeserver": world.server.url, "user_id": world.me.user_id,
-          "access_token_file": str(world.token_file), "sync_timeout_seconds": 5.0,
-          "retry_max_seconds": 1.0, **connection}
-    return make_config(
-        agent={"command": agent or [sys.executable, str(AGENT), "ok"]},
-        routes=[{"name": "eng", "teams": ["ENG"]}],
-        matrix={"connections": {"me": me, **{name: {**me, **c} for name, c in (more or {}).items()}},
-                "routes": routes})
-
-
-def secrets_for(world: World, **tokens: str) -> Secrets:
-    """The test secrets plus the Matrix token(s)."""
-    return Secrets(webhook_secret=SecretStr(WEBHOOK_SECRET), linear_api_key=SecretStr(LINEAR_KEY),
-                   operator_token=SecretStr(OPERATOR_TOKEN),
-                   matrix_tokens={name: SecretStr(t) for name, t in
-                                  ({"me": world.token} | tokens).items()})
-
-
-class Running:
-    """A started service and what the tests ask of it."""
-
-    def __init__(self, config: Config, secrets: Secrets, log: Path) -> None:
-        self.config = config
-        self.log = log
-        self.service: Service = build_service(config, secrets,
-                                              base_env={"FAKE_AGENT_LOG": str(log),
-                                                        "PATH": "/usr/bin:/bin"})
-        self.service.start()
-        self.http = http_session(self.service.operator.url)
-
-    def api(self, method: str, path: str, token: str = OPERATOR_TOKEN, **kwargs: Any) -> Any:
-        resp = self.http.request(method, self.service.operator.url + path,
-                                 headers={"Authorization": f"Bearer {token}"}, timeout=60, **kwargs)
-        return resp.status_code, resp.json()
-
-    def status(self) -> dict[str, Any]:
-        return self.api("GET", "/v1/status")[1]["matrix"]["connections"][0]
-
-    def cursor(self) -> str | None:
-        return self.service.store.rooms.cursor("me")
-
-    def synced(self) -> bool:
-        """The connection has handled at least one page since it started."""
-        loop = self.service.matrix.connections["me"].loop
-        return loop is not None and loop.pages > 0 and self.cursor() is not None
-
-    def runs(self) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
-
-    def texts(self) -> list[str]:
-        return [t for run in self.runs() for t in run.get("texts", [])]
-
-    def db(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.config.database_path, timeout=5)
-
-    def stop(self) -> None:
-        self.service.stop()
-
-
-@pytest.fixture
-def world(synapse: Homeserver, tmp_path: Path) -> World:
-    return make_world(synapse, tmp_path)
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Callable[..., Running]]:
-    started: list[Running] = []
-
-    def start(config: Config, secrets: Secrets) -> Running:
-        r = Running(config, secrets, tmp_path / "agent.jsonl")
-        started.append(r)
-        try:
-            wait_until(r.synced, WAIT, message="the Matrix connection synced")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}: {_state(r)}") from None
-        return r
-
-    yield start
-    for r in started:
-        r.stop()
 
 
 def test_plain_room_text_runs_a_turn_and_the_first_sync_keeps_only_its_cursor(
@@ -145,11 +52,6 @@ def test_plain_room_text_runs_a_turn_and_the_first_sync_keeps_only_its_cursor(
     assert subject == ("matrix:me", world.plain, "alice", 1)
     assert receipts == [(f"matrix:me:{event_id}", "accepted")]
     assert r.cursor() != first_cursor
-
-
-def _state(r: Running) -> str:
-    loop = r.service.matrix.connections["me"].loop
-    return repr(loop.state()) if loop is not None else repr(r.service.matrix.connections["me"].failure)
 
 
 def test_an_encrypted_room_is_decrypted_and_admitted(
@@ -237,10 +139,6 @@ def test_a_page_fetched_again_is_a_duplicate(
         assert db.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0] == 1
     assert again.texts().count("only once") == 1
     assert again.cursor() != old_cursor
-
-
-def journal(r: Running) -> list[dict[str, Any]]:
-    return r.api("GET", "/v1/journal?limit=500")[1]["entries"]
 
 
 def test_on_demand_records_and_moves_on_without_waking_and_read_shows_it(

@@ -3,23 +3,38 @@
 Built on the Synapse fixture (`tests/support/synapse.py`). The owner logs in once over plain
 HTTP with the fixed device id `WAKELINE`, as the operations guide tells a person to, and the
 token goes to a 0600 file; wakeline's nio client uploads the device's keys on its first
-start. People who write in encrypted rooms use nio (`Writer`), on an asyncio loop of the
-test's own thread.
+start. People who write in encrypted rooms use nio in a child process (`Writer`).
+
+`Running` is a whole wakeline (`build_service`, real listeners and actors, the fake agent)
+acting as the owner's device. Load this module as a plugin (`pytest_plugins`) beside
+`tests.support.synapse` for the `world` and `running` fixtures.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
-from collections.abc import Coroutine
+import select
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
-from tests.support.synapse import Homeserver, Registered, unique_name
+import pytest
+from pydantic import SecretStr
 
-T = TypeVar("T")
+from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET
+from tests.helpers import wait_until
+from tests.support.synapse import Homeserver, Registered, unique_name
+from wakeline.app import Service, build_service
+from wakeline.config import Config
+from wakeline.net import http_session
+from wakeline.secrets import Secrets
+
 DEVICE_ID = "WAKELINE"
 
 
@@ -98,66 +113,156 @@ def make_world(server: Homeserver, tmp_path: Path) -> World:
 
 
 class Writer:
-    """A person on nio with their own device, writing into encrypted rooms."""
+    """A person's nio client with their own device, in a child process (`matrix_writer.py`):
+    never nio on a second thread of the test process (see that module)."""
 
     def __init__(self, server: Homeserver, user: Registered, store: Path) -> None:
-        from nio import AsyncClient, AsyncClientConfig
-
         store.mkdir(parents=True, exist_ok=True)
-        self._runner = asyncio.Runner()
         self.user = user
-        self.client = AsyncClient(server.url, user.user_id, store_path=str(store),
-                                  config=AsyncClientConfig(encryption_enabled=True,
-                                                           store_sync_tokens=False,
-                                                           pickle_key="wakeline-test-writer"))
-        self.run(self._login(user.password))
+        root = Path(__file__).resolve().parents[2]
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.matrix_writer"], cwd=root, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.device_id = self.ask("login", url=server.url, user_id=user.user_id,
+                                  password=user.password, store=str(store))["device_id"]
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a coroutine on this writer's loop."""
-        return self._runner.run(coro)
-
-    async def _login(self, password: str) -> None:
-        from nio import LoginResponse
-
-        answer = await self.client.login(password, device_name="writer")
-        assert isinstance(answer, LoginResponse), answer
-        await self.chores()
-        await self.sync()
-
-    async def chores(self) -> None:
-        """Key uploads, queries and claims (what `sync_forever` does between syncs)."""
-        client = self.client
-        if client.should_upload_keys:
-            await client.keys_upload()
-        if client.should_query_keys:
-            await client.keys_query()
-        if client.should_claim_keys:
-            await client.keys_claim(client.get_users_for_key_claiming())
-        await client.send_to_device_messages()
-
-    async def sync(self) -> None:
-        """One sync (room state, members, device lists)."""
-        from nio import SyncResponse
-
-        answer = await self.client.sync(timeout=0, since=self.client.next_batch)
-        assert isinstance(answer, SyncResponse), answer
-        await self.chores()
+    def ask(self, op: str, timeout: float = 60.0, **args: Any) -> dict[str, Any]:
+        """One command; its answer (the test fails on an error or after `timeout`)."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self._proc.stdin.flush()
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        assert ready, f"the writer did not answer {op} within {timeout}s"
+        answer: dict[str, Any] = json.loads(self._proc.stdout.readline() or "{}")
+        assert answer.get("ok"), f"{op}: {answer}"
+        return answer
 
     def send(self, room: str, body: str) -> str:
-        """Send `m.text`, encrypted, to every device of the room's members; its event id."""
-        from nio import RoomSendResponse
+        """Send `m.text`, encrypted for every device of the room's members; its event id."""
+        return str(self.ask("send", room=room, body=body)["event_id"])
 
-        async def go() -> str:
-            await self.sync()
-            answer = await self.client.room_send(room, "m.room.message",
-                                                 {"msgtype": "m.text", "body": body},
-                                                 ignore_unverified_devices=True)
-            assert isinstance(answer, RoomSendResponse), answer
-            return str(answer.event_id)
+    def withhold(self, room: str, user: str, device: str) -> dict[str, Any]:
+        """A new session shared with every device but one; its first-index key."""
+        return self.ask("withhold", room=room, user=user, device=device)
 
-        return self.run(go())
+    def share_key(self, room: str, user: str, device: str, key: dict[str, Any]) -> None:
+        """Send that key to the one device, late."""
+        self.ask("share_key", room=room, user=user, device=device,
+                 session_id=key["session_id"], session_key=key["session_key"])
 
     def close(self) -> None:
-        """Close the client and the loop."""
-        self.run(self.client.close())
-        self._runner.close()
+        """End the child."""
+        try:
+            if self._proc.stdin is not None:
+                self._proc.stdin.write(json.dumps({"op": "close"}) + "\n")
+                self._proc.stdin.close()
+            self._proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait(timeout=10)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+# --- a wakeline acting as the owner ----------------------------------------------------------
+
+AGENT = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
+WAIT = 30.0
+
+
+def matrix_config(make_config: Callable[..., Config], world: World, routes: list[dict[str, Any]],
+                  agent: list[str] | None = None, more: dict[str, dict[str, Any]] | None = None,
+                  **connection: Any) -> Config:
+    """A config with connection `me` (the world's owner), `more` connections, these routes."""
+    me = {"homeserver": world.server.url, "user_id": world.me.user_id,
+          "access_token_file": str(world.token_file), "sync_timeout_seconds": 5.0,
+          "retry_max_seconds": 1.0, **connection}
+    return make_config(
+        agent={"command": agent or [sys.executable, str(AGENT), "ok"]},
+        routes=[{"name": "eng", "teams": ["ENG"]}],
+        matrix={"connections": {"me": me, **{name: {**me, **c} for name, c in (more or {}).items()}},
+                "routes": routes})
+
+
+def secrets_for(world: World, **tokens: str) -> Secrets:
+    """The test secrets plus the Matrix token(s)."""
+    return Secrets(webhook_secret=SecretStr(WEBHOOK_SECRET), linear_api_key=SecretStr(LINEAR_KEY),
+                   operator_token=SecretStr(OPERATOR_TOKEN),
+                   matrix_tokens={name: SecretStr(t) for name, t in
+                                  ({"me": world.token} | tokens).items()})
+
+
+class Running:
+    """A started service and what the tests ask of it."""
+
+    def __init__(self, config: Config, secrets: Secrets, log: Path) -> None:
+        self.config = config
+        self.log = log
+        self.service: Service = build_service(config, secrets,
+                                              base_env={"FAKE_AGENT_LOG": str(log),
+                                                        "PATH": "/usr/bin:/bin"})
+        self.service.start()
+        self.http = http_session(self.service.operator.url)
+
+    def api(self, method: str, path: str, token: str = OPERATOR_TOKEN, **kwargs: Any) -> Any:
+        resp = self.http.request(method, self.service.operator.url + path,
+                                 headers={"Authorization": f"Bearer {token}"}, timeout=60, **kwargs)
+        return resp.status_code, resp.json()
+
+    def status(self) -> dict[str, Any]:
+        return self.api("GET", "/v1/status")[1]["matrix"]["connections"][0]
+
+    def cursor(self) -> str | None:
+        return self.service.store.rooms.cursor("me")
+
+    def synced(self) -> bool:
+        """The connection has handled at least one page since it started."""
+        loop = self.service.matrix.connections["me"].loop
+        return loop is not None and loop.pages > 0 and self.cursor() is not None
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def texts(self) -> list[str]:
+        return [t for run in self.runs() for t in run.get("texts", [])]
+
+    def db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.config.database_path, timeout=5)
+
+    def stop(self) -> None:
+        self.service.stop()
+
+
+@pytest.fixture
+def world(synapse: Homeserver, tmp_path: Path) -> World:
+    return make_world(synapse, tmp_path)
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(config: Config, secrets: Secrets) -> Running:
+        r = Running(config, secrets, tmp_path / "agent.jsonl")
+        started.append(r)
+        try:
+            wait_until(r.synced, WAIT, message="the Matrix connection synced")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {_state(r)}") from None
+        return r
+
+    yield start
+    for r in started:
+        r.stop()
+
+
+def _state(r: Running) -> str:
+    loop = r.service.matrix.connections["me"].loop
+    return repr(loop.state()) if loop is not None else repr(r.service.matrix.connections["me"].failure)
+
+
+def journal(r: Running) -> list[dict[str, Any]]:
+    return r.api("GET", "/v1/journal?limit=500")[1]["entries"]
+

@@ -25,7 +25,7 @@ from wakeline.providers.matrix.approvals import ApprovalsService
 from wakeline.providers.matrix.connection import ConnectionHooks, Health, MatrixConnection, SendRefused
 from wakeline.providers.matrix.events import MAX_EVENT_BYTES, event_size
 from wakeline.providers.matrix.routes import RouteBook, RouteState, check_route, identity_problem
-from wakeline.providers.matrix.sync import HANDLE_TIMEOUT_SECONDS, SyncLoop
+from wakeline.providers.matrix.sync import HANDLE_TIMEOUT_SECONDS, LoopThread, SyncLoop
 from wakeline.secrets import Secrets
 from wakeline.tokens import Grant, Lane
 
@@ -81,6 +81,7 @@ class MatrixRoutes:
         self._recorder = recorder
         self._wake = wake
         self.connections: dict[str, Connection] = {}
+        self._thread = LoopThread()  # every connection's nio runs here (see sync.py)
         self.approvals = ApprovalsService(store, clock, self._send_approved, recorder)
         registry = registry or CollectorRegistry()
         self._events = Counter("wakeline_matrix_events", "Matrix timeline events of bound rooms, "
@@ -131,7 +132,7 @@ class MatrixRoutes:
             return client
 
         actor = c.actor
-        c.loop = SyncLoop(c.name, open_client, lambda client: self._prepare(c, client),
+        c.loop = SyncLoop(c.name, self._thread, open_client, lambda client: self._prepare(c, client),
                           lambda page: actor.handle_page(page).get(timeout=HANDLE_TIMEOUT_SECONDS),
                           self._store.rooms.cursor(c.name),
                           poll_ms=int(c.config.sync_timeout_seconds * 1000),
@@ -149,6 +150,7 @@ class MatrixRoutes:
         for c in self.connections.values():
             if c.loop is not None:
                 c.loop.stop()
+        self._thread.stop()
         for c in self.connections.values():
             if c.actor is not None:
                 c.actor.actor_ref.stop()

@@ -1,11 +1,17 @@
-"""One connection's sync loop: nio's asyncio loop in a thread of its own.
+"""The connections' sync loops: nio's asyncio loop, in one thread of its own.
 
-The loop opens the connection's client, runs the start-up checks, then syncs from the
-cursor wakeline keeps, hands each page to `handle` (the connection actor, on another
-thread) and waits for its answer before it syncs again: the answer is the cursor to sync
-from next, which the actor has committed with the page's events, or the old one when the
-page must be fetched again. Nothing else runs here but the reads and sends other threads
-`submit` (they need the client, and its HTTP session belongs to this loop).
+Every nio client of the process runs on one thread (`LoopThread`, named `matrix`): nio's
+crypto store rebinds its peewee models, which are process-wide, around each call, so two
+threads using two stores at once would pull the binding from under each other. One thread
+serialises them for free, and costs less than one per connection.
+
+Each connection's `SyncLoop` is a task there: it opens the connection's client, runs the
+start-up checks, then syncs from the cursor wakeline keeps, hands each page to `handle`
+(the connection actor, on another thread) and waits for its answer before it syncs again:
+the answer is the cursor to sync from next, which the actor has committed with the page's
+events, or the old one when the page must be fetched again. Nothing else runs on the loop
+but the reads and sends other threads `submit` (they need the client, and its HTTP session
+belongs to the loop).
 
 Errors never end the loop: a homeserver that is down, slow or refusing is retried from the
 same cursor after a wait that doubles from half a second up to `retry_max_seconds`, and
@@ -33,6 +39,64 @@ HANDLE_TIMEOUT_SECONDS = 120.0  # a commit waits for SQLite's writer lock, never
 STOP_TIMEOUT_SECONDS = 30.0
 
 
+class LoopThread:
+    """The thread and asyncio loop every Matrix connection of the process runs on."""
+
+    def __init__(self, name: str = "matrix") -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._running = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop (run coroutines on it with `run`)."""
+        assert self._loop is not None, "the loop thread has not started"
+        return self._loop
+
+    def start(self) -> None:
+        """Start the thread (once); returns when its loop runs."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._running.wait(STOP_TIMEOUT_SECONDS)
+
+    def alive(self) -> bool:
+        """True while the loop runs."""
+        return self._thread is not None and self._thread.is_alive() and self._running.is_set()
+
+    def run(self, coro: Awaitable[T]) -> Future[T]:
+        """Start a coroutine on the loop from any thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        """Stop the loop (after its tasks were cancelled by their owners) and the thread."""
+        if self._thread is not None and self._thread.is_alive() and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(STOP_TIMEOUT_SECONDS)
+
+    def _run(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        loop.call_soon(self._running.set)
+        try:
+            loop.run_forever()
+        finally:
+            self._running.clear()
+            # Whatever is left (a task nobody cancelled) ends here, then the loop closes.
+            left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
+
+
 @dataclass(frozen=True)
 class PageAnswer:
     """The handler's answer: the cursor to sync from next, and whether the page was held
@@ -57,14 +121,15 @@ class LoopState:
 
 
 class SyncLoop:
-    """nio's loop for one connection, in a thread named `matrix-<name>`."""
+    """One connection's sync, a task on the shared `LoopThread`."""
 
-    def __init__(self, name: str, open_client: Callable[[], Any],
+    def __init__(self, name: str, thread: LoopThread, open_client: Callable[[], Any],
                  prepare: Callable[[Any], Awaitable[bool]],
                  handle: Callable[[Any], PageAnswer], cursor: str | None, *,
                  poll_ms: int, retry_max_seconds: float,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.name = name
+        self._thread = thread
         self._open_client = open_client
         self._prepare = prepare
         self._handle = handle
@@ -76,28 +141,32 @@ class SyncLoop:
         self._lock = threading.Lock()
         self._client: Any = None
         self._ready = threading.Event()  # the first page is handled: reads and sends may go
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"matrix-{name}", daemon=True)
+        self._done: Future[None] | None = None
         self.pages = 0
 
     # --- other threads -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the thread; returns once its loop runs."""
+        """Start the connection's task; returns once it runs."""
         self._thread.start()
+        self._done = self._thread.run(self._main())
         self._started.wait(STOP_TIMEOUT_SECONDS)
 
     def stop(self) -> None:
-        """Cancel the loop's work (a long poll in flight too) and wait for the thread."""
-        loop, task = self._loop, self._task
-        if loop is not None and task is not None and self._thread.is_alive():
+        """Cancel the connection's work (a long poll in flight too) and wait for it to end."""
+        task, done = self._task, self._done
+        if task is not None and self._thread.alive():
             try:
-                loop.call_soon_threadsafe(task.cancel)
+                self._thread.loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:
                 pass  # the loop ended on its own since
-        self._thread.join(STOP_TIMEOUT_SECONDS)
+        if done is not None:
+            try:
+                done.result(STOP_TIMEOUT_SECONDS)
+            except BaseException:  # cancelled, or what it ended with: it has ended
+                pass
         self._set(LoopState("stopped"))
 
     def state(self) -> LoopState:
@@ -120,13 +189,13 @@ class SyncLoop:
 
     def schedule(self, work: Callable[[Any], Awaitable[T]]) -> Future[T]:
         """Start `work(client)` on the loop; the future settles with its result or error."""
-        loop, client = self._loop, self._client
-        if loop is None or client is None or not self._ready.is_set() or not self._thread.is_alive():
+        client = self._client
+        if client is None or not self._ready.is_set() or not self._thread.alive():
             future: Future[T] = Future()
             future.set_exception(MatrixUnavailable(f"the Matrix connection {self.name} is not "
                                                    f"up ({self.state().state})"))
             return future
-        return asyncio.run_coroutine_threadsafe(work(client), loop)  # type: ignore[arg-type]
+        return self._thread.run(work(client))
 
     # --- the loop's own thread -----------------------------------------------------------------
 
@@ -137,11 +206,7 @@ class SyncLoop:
             log.info("matrix connection state", extra={"connection": self.name, "state": state.state,
                                                        "detail": state.detail})
 
-    def _run(self) -> None:
-        asyncio.run(self._main())
-
     async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         self._started.set()
         try:
