@@ -222,3 +222,63 @@ def test_route_checks_switch_failing_routes_off_and_name_them(
     good = next(x for x in r.status()["routes"] if x["name"] == "good")
     assert good["detail"] == f"the owner left {world.plain}"
     assert r.api("GET", "/v1/matrix/read?route=good")[0] == 409
+
+
+def test_an_undecryptable_event_holds_the_cursor_stalls_visibly_and_goes_in_when_keys_come(
+        world: World, make_config: Callable[..., Config], running: Callable[..., Running],
+        tmp_path: Path) -> None:
+    config = matrix_config(make_config, world, [{"name": "secret", "connection": "me",
+                                                  "room_id": world.encrypted}],
+                           stall_after_seconds=1.0)
+    r = running(config, secrets_for(world))
+    alice = Writer(world.server, world.alice, tmp_path / "alice-store")
+    try:
+        # alice's client keeps the session's key from wakeline's device: its event is held.
+        key = alice.withhold(world.encrypted, world.me.user_id, "WAKELINE")
+        held_id = alice.send(world.encrypted, "held back")
+        cursor = r.cursor()
+        wait_until(lambda: (r.status()["held"] or {}).get("eventId") == held_id, WAIT,
+                   message="the event held")
+        wait_until(lambda: r.status()["state"] == "stalled", WAIT, message="stalled after 1 s")
+        assert r.cursor() == cursor and r.texts() == []
+        doctor = {c["name"]: c for c in r.api("GET", "/v1/doctor")[1]["checks"]}
+        assert doctor["matrix me"]["ok"] is False and held_id in doctor["matrix me"]["detail"]
+        wait_until(lambda: any(e["stage"] == "matrix_stalled" for e in journal(r)), WAIT)
+
+        alice.share_key(world.encrypted, world.me.user_id, "WAKELINE", key)
+    finally:
+        alice.close()
+
+    wait_until(lambda: "held back" in r.texts(), WAIT, message="the held text admitted")
+    wait_until(lambda: r.status()["held"] is None and r.status()["state"] == "ok", WAIT)
+    assert r.cursor() != cursor
+    wait_until(lambda: any(e["stage"] == "matrix_resumed" for e in journal(r)), WAIT)
+
+
+def test_a_homeserver_down_and_back_loses_nothing(
+        synapse_install: Any, make_config: Callable[..., Config], running: Callable[..., Running],
+        tmp_path: Path) -> None:
+    from tests.support.matrix import make_world, restart_homeserver
+    from tests.support.synapse import start_homeserver
+
+    server = start_homeserver(synapse_install.python, tmp_path / "own-synapse")
+    try:
+        world = make_world(server, tmp_path)
+        config = matrix_config(make_config, world, [{"name": "alice", "connection": "me",
+                                                      "room_id": world.plain}])
+        r = running(config, secrets_for(world))
+        server.send_text(world.alice.access_token, world.plain, "before")
+        wait_until(lambda: "before" in r.texts(), WAIT, message="the first text")
+
+        server.stop()
+        wait_until(lambda: r.status()["state"] == "unreachable", WAIT, message="unreachable")
+        assert r.status()["retryInSeconds"] is not None
+        restart_homeserver(server)
+        server.send_text(world.alice.access_token, world.plain, "while it came back")
+        server.send_text(world.alice.access_token, world.plain, "after")
+        wait_until(lambda: {"while it came back", "after"} <= set(r.texts()), WAIT * 2,
+                   message="both later texts admitted")
+        wait_until(lambda: r.status()["state"] == "ok", WAIT)
+        assert sorted(r.texts()) == sorted(["before", "while it came back", "after"])
+    finally:
+        server.stop()

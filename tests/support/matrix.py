@@ -266,3 +266,19 @@ def _state(r: Running) -> str:
 def journal(r: Running) -> list[dict[str, Any]]:
     return r.api("GET", "/v1/journal?limit=500")[1]["entries"]
 
+
+
+def restart_homeserver(server: Homeserver, timeout: float = 90.0) -> None:
+    """Start a stopped Synapse again with its config, database and port (a homeserver back
+    from an outage)."""
+    from tests.support.synapse import _answering
+
+    python = Path(server.process.args[0])  # type: ignore[index]
+    config = server.workdir / "homeserver.yaml"
+    with server.log_path.open("ab") as log:
+        server.process = subprocess.Popen(
+            [str(python), "-m", "synapse.app.homeserver", "--config-path", str(config)],
+            cwd=server.workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert wait_until(lambda: _answering(server), timeout, interval=0.1,
+                      message="Synapse answering again") == "up"

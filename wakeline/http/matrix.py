@@ -118,7 +118,8 @@ class ApprovalDecision:
             if digest is not None and not isinstance(digest, str):
                 raise BadRequest("bodySha256 must be a string")
             approval = service.approve(approval_id, "operator", body_sha256=digest)
-            approval = service.wait_settled(approval.id, APPROVE_WAIT_SECONDS)
+            if self._matrix.can_send(approval.connection):
+                approval = service.wait_settled(approval.id, APPROVE_WAIT_SECONDS)
         resp.media = {"approval": approval.to_json()}
 
 

@@ -225,6 +225,11 @@ class MatrixRoutes:
 
     # --- sends ----------------------------------------------------------------------------------
 
+    def can_send(self, connection: str) -> bool:
+        """True when the connection is up to send now (an approve may wait for its event id)."""
+        c = self.connections.get(connection)
+        return c is not None and c.actor is not None and c.loop is not None and c.loop.ready
+
     def _send_approved(self, approval: Approval) -> None:
         c = self.connections.get(approval.connection)
         if c is not None and c.actor is not None:
