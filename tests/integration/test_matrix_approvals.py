@@ -192,3 +192,35 @@ def test_the_token_is_in_no_log_journal_answer_or_agent_environment(
 def _outputs(r: Running) -> list[str]:
     with r.db() as db:
         return [o for (o,) in db.execute("SELECT output FROM turn_results ORDER BY id") if o]
+
+
+def test_the_commands_inside_a_turn_and_the_operator_s(
+        world: World, make_config: Callable[..., Config], running: Callable[..., Running]) -> None:
+    from click.testing import CliRunner
+
+    from tests.conftest import OPERATOR_TOKEN
+    from wakeline.cli import cli
+
+    script = ("wakeline matrix read --limit 5 --json > read.json"
+              " && wakeline matrix send 'hi from the cli'")
+    config = matrix_config(make_config, world, [
+        {"name": "alice", "connection": "me", "room_id": world.plain}],
+        agent=["/bin/sh", "-c", script])
+    r = running(config, secrets_for(world))
+    world.server.send_text(world.alice.access_token, world.plain, "ping")
+    wait_until(lambda: r.api("GET", "/v1/approvals")[1]["approvals"], WAIT,
+               message="the turn's proposal")
+
+    read = json.loads(next(r.config.workspaces_path.glob("*/read.json")).read_text())
+    assert [m["body"] for m in read["messages"]][-1:] == ["ping"]
+    env = {"WAKELINE_API_URL": r.service.operator.url, "WAKELINE_TOKEN": OPERATOR_TOKEN,
+           "WAKELINE_CONFIG": None}
+    listed = CliRunner().invoke(cli, ["approvals"], env=env)
+    assert listed.exit_code == 0 and "hi from the cli" in listed.output and "pending" in listed.output
+    approval = r.api("GET", "/v1/approvals")[1]["approvals"][0]["id"]
+    approved = CliRunner().invoke(cli, ["approvals", "approve", approval], env=env)
+    assert approved.exit_code == 0, approved.output
+    (event_id, body), = world.owner_texts(world.plain)
+    assert body == "hi from the cli" and f"as {event_id}" in approved.output
+    refused = CliRunner().invoke(cli, ["matrix", "send", "from the operator"], env=env)
+    assert refused.exit_code == 1 and "lane_refused" in refused.output
