@@ -163,7 +163,30 @@ def _status_text(data: dict[str, Any]) -> str:
         f"inbox: {data['inbox']['unread']} unread",
         f"live actors: {data['liveActors']}, threads: {data['threads']}",
         _linear_status(data.get("linear")),
+        *_matrix_status(data.get("matrix")),
     ])
+
+
+def _matrix_status(matrix: dict[str, Any] | None) -> list[str]:
+    """One line per Matrix connection (a stall in red), then its routes that are off."""
+    if not matrix:
+        return []
+    lines = []
+    for c in matrix["connections"]:
+        on = sum(1 for r in c["routes"] if r["on"])
+        state = c["state"] if c["state"] == "ok" else click.style(c["state"].upper(), fg="red",
+                                                                   bold=True)
+        detail = f": {c['detail']}" if c["detail"] and c["state"] != "ok" else ""
+        if c.get("held") and c["held"]["stalled"]:
+            detail = f": event {c['held']['eventId']} in {c['held']['roomId']} cannot be " \
+                     f"decrypted since {c['held']['since']}"
+        lines.append(f"matrix {c['name']}: {state}{detail} ({on} of {len(c['routes'])} "
+                     "routes on)")
+        lines += [f"  route {r['name']} off: {r['detail']}" for r in c["routes"] if not r["on"]]
+    pending = matrix["approvals"]["pending"]
+    if pending:
+        lines.append(f"approvals: {pending} pending (wakeline approvals)")
+    return lines
 
 
 def _linear_status(auth: dict[str, Any] | None) -> str:

@@ -11,7 +11,6 @@ import json
 import sqlite3
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 

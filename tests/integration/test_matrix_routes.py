@@ -203,7 +203,7 @@ def test_route_checks_switch_failing_routes_off_and_name_them(
     assert routes["impostor"]["on"] is False
     assert f"belongs to {world.alice.user_id}" in routes["impostor"]["detail"]
     them = next(c for c in status if c["name"] == "them")
-    assert them["state"] == "failed"
+    assert them["state"] == "failed" and f"belongs to {world.alice.user_id}" in them["detail"]
     doctor = {c["name"]: c for c in r.api("GET", "/v1/doctor")[1]["checks"]}
     assert doctor["matrix route good"]["ok"] is True
     for name in ("invited", "bridged", "impostor"):

@@ -40,7 +40,7 @@ class MatrixRead:
 
     @falcon.before(lanes(*TURN_LANES))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        """`{"route", "room", "messages": [{"eventId", "sender", "owner", "sentAt", "body"...}]}`."""
+        """`{"route", "room", "messages": [{"eventId", "sender", "owner", "body", ...}]}`."""
         from wakeline.providers.matrix.service import READ_DEFAULT, READ_MAX
 
         grant: Grant = req.context.grant

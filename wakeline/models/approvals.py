@@ -91,8 +91,9 @@ class Approval:
         }
 
 
-_COLUMNS = ("id, connection, route, conversation_id, room_id, body, body_sha256, status, turn_id,"
-            " created_at, expires_at, decided_by, decided_at, attempts, event_id, error, settled_at")
+_COLUMNS = ("id, connection, route, conversation_id, room_id, body, body_sha256, status,"
+            " turn_id, created_at, expires_at, decided_by, decided_at, attempts, event_id, error,"
+            " settled_at")
 
 
 def _row(row: tuple[Any, ...]) -> Approval:

@@ -24,7 +24,9 @@ from typing import Sequence
 from peewee import SqliteDatabase
 
 from wakeline.models.envelopes import MatrixMessage, Subject, dump_envelope
-from wakeline.models.states import ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind
+from wakeline.models.states import (
+    ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind,
+)
 
 MATRIX_NAMESPACE = "matrix:{connection}"
 EVENT_TYPE = "m.room.message"
@@ -39,14 +41,15 @@ _CREATE = (
     " tainted, ownership) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)"
 )
 _DELIVERY = (
-    "INSERT INTO deliveries (conversation_id, receipt_id, state, completion, completed_at, envelope,"
-    " headline, received_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO deliveries (conversation_id, receipt_id, state, completion, completed_at,"
+    " envelope, headline, received_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _RECEIPT_CONVERSATION = "UPDATE receipts SET conversation_id = ? WHERE id = ?"
 _TOUCH = "UPDATE conversations SET updated_at = ? WHERE id = ?"
 _CURSOR = (
     "INSERT INTO matrix_cursors (connection, cursor, updated_at) VALUES (?, ?, ?)"
-    " ON CONFLICT (connection) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at"
+    " ON CONFLICT (connection) DO UPDATE SET cursor = excluded.cursor,"
+    " updated_at = excluded.updated_at"
 )
 
 

@@ -15,7 +15,7 @@ from wakeline.models.store import Store
 def event(n: int, room: str = "!room", wakes: bool = True, now: int = 1000) -> RoomEvent:
     message = MatrixMessage(connection="me", route="alice", room_id=room, event_id=f"$e{n}",
                             sender="@alice:x", body=f"text {n}")
-    return RoomEvent(message, f"Matrix message · alice · @alice:x", "Matrix room alice",
+    return RoomEvent(message, "Matrix message · alice · @alice:x", "Matrix room alice",
                      wakes=wakes, received_ms=now, sent_ms=now - 10)
 
 

@@ -234,7 +234,8 @@ class MatrixConnection(pykka.ThreadingActor):
     def _route_went_off(self, route: str, reason: str) -> None:
         log.error("matrix route switched off", extra={"connection": self.name, "route": route,
                                                       "reason": reason})
-        self._hooks.lifecycle(self.name, "route_off", f"Route {route} switched off: {reason}.", route)
+        self._hooks.lifecycle(self.name, "route_off", f"Route {route} switched off: {reason}.",
+                              route)
 
     # --- approved sends ----------------------------------------------------------------------
 

@@ -61,11 +61,13 @@ def check_route(route: MatrixRouteConfig, joined: Iterable[str],
     return RouteState(route, True, f"joined {route.room_id}{bridge}")
 
 
+UNCHECKED = "not checked yet"
+
+
 class RouteBook:
     """The routes of one connection and their states; read and switched from any thread."""
 
-    def __init__(self, routes: Iterable[MatrixRouteConfig], reason: str = "not checked yet"
-                 ) -> None:
+    def __init__(self, routes: Iterable[MatrixRouteConfig], reason: str = UNCHECKED) -> None:
         self._lock = threading.Lock()
         self._states = {r.name: RouteState(r, False, reason) for r in routes}
 

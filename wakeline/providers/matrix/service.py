@@ -22,9 +22,13 @@ from wakeline.models.approvals import Approval, ApprovalStatus
 from wakeline.models.rooms import MATRIX_NAMESPACE, room_subject
 from wakeline.models.store import Store
 from wakeline.providers.matrix.approvals import ApprovalsService
-from wakeline.providers.matrix.connection import ConnectionHooks, Health, MatrixConnection, SendRefused
+from wakeline.providers.matrix.connection import (
+    ConnectionHooks, Health, MatrixConnection, SendRefused,
+)
 from wakeline.providers.matrix.events import MAX_EVENT_BYTES, event_size
-from wakeline.providers.matrix.routes import RouteBook, RouteState, check_route, identity_problem
+from wakeline.providers.matrix.routes import (
+    UNCHECKED, RouteBook, RouteState, check_route, identity_problem,
+)
 from wakeline.providers.matrix.sync import HANDLE_TIMEOUT_SECONDS, LoopThread, SyncLoop
 from wakeline.secrets import Secrets
 from wakeline.tokens import Grant, Lane
@@ -97,7 +101,8 @@ class MatrixRoutes:
             if connection.failure is not None:
                 for route in routes:
                     connection.routes.set(RouteState(route, False, connection.failure))
-            up.labels(connection=name).set_function(lambda c=connection: 1.0 if self._up(c) else 0.0)
+            up.labels(connection=name).set_function(
+                lambda c=connection: 1.0 if self._up(c) else 0.0)
 
     # --- life ---------------------------------------------------------------------------------
 
@@ -106,7 +111,8 @@ class MatrixRoutes:
         token_path = self._config.path(c.config.access_token_file)
         token = secrets.matrix_tokens.get(c.name)
         if token is None:
-            return f"no access token in {token_path} (matrix.connections.{c.name}.access_token_file)"
+            return (f"no access token in {token_path} "
+                    f"(matrix.connections.{c.name}.access_token_file)")
         try:
             from wakeline.providers.matrix import client as nio_client
         except ImportError as exc:
@@ -117,7 +123,8 @@ class MatrixRoutes:
                 event.envelope, cid, event.received_ms, woke=event.wakes),
             lifecycle=self._recorder.matrix_connection,
             settled=self._recorder.matrix_outbound,
-            counted=lambda verdict, n: self._events.labels(connection=c.name, outcome=verdict).inc(n),
+            counted=lambda verdict, n: self._events.labels(connection=c.name,
+                                                           outcome=verdict).inc(n),
             send=lambda approval: self._send(c, approval, nio_client.MatrixRefused),
             ready=lambda: c.loop is not None and c.loop.ready,
             sweep=lambda: self.approvals.sweep())
@@ -132,7 +139,8 @@ class MatrixRoutes:
             return client
 
         actor = c.actor
-        c.loop = SyncLoop(c.name, self._thread, open_client, lambda client: self._prepare(c, client),
+        c.loop = SyncLoop(c.name, self._thread, open_client,
+                          lambda client: self._prepare(c, client),
                           lambda page: actor.handle_page(page).get(timeout=HANDLE_TIMEOUT_SECONDS),
                           self._store.rooms.cursor(c.name),
                           poll_ms=int(c.config.sync_timeout_seconds * 1000),
@@ -173,6 +181,7 @@ class MatrixRoutes:
         identity = await client.whoami()
         problem = identity_problem(c.config, identity)
         if problem is not None:
+            c.failure = problem
             for state in c.routes.all():
                 c.routes.set(RouteState(state.route, False, problem))
             log.error("matrix connection refused", extra={"connection": c.name, "reason": problem})
@@ -189,7 +198,8 @@ class MatrixRoutes:
                                                      f"{state.route.name} is off: {state.detail}.",
                                                      state.route.name)
             else:
-                log.info("matrix route on", extra={"route": state.route.name, "detail": state.detail})
+                log.info("matrix route on", extra={"route": state.route.name,
+                                                   "detail": state.detail})
         return True
 
     @staticmethod
@@ -368,14 +378,17 @@ class MatrixRoutes:
                 now = live.get(state.route.name)
                 if state.on and now is not None and not now.on:
                     if c.routes.switch_off(state.route.name, now.detail):
-                        self._recorder.matrix_connection(c.name, "route_off", f"Route "
-                                                         f"{state.route.name} is off: {now.detail}.",
-                                                         state.route.name)
+                        self._recorder.matrix_connection(
+                            c.name, "route_off", f"Route {state.route.name} is off: {now.detail}.",
+                            state.route.name)
                     state = c.routes.get(state.route.name) or state
                 detail = state.detail if state.on else f"off: {state.detail}"
+                waiting = state.detail == UNCHECKED
                 items.append(_item(f"matrix route {state.route.name}", state.on,
                                    f"{state.route.room_id} via {c.name}, {state.route.activation}: "
                                    f"{detail}", None if state.on else
+                                   f"it is checked as soon as the homeserver answers (matrix "
+                                   f"{c.name})" if waiting else
                                    "fix what the detail names, then restart wakeline"))
         return items
 
@@ -398,8 +411,8 @@ class MatrixRoutes:
             return _item(f"matrix {c.name} token", False, f"{path}: missing",
                          f"put the access token in {path} (chmod 600), then restart")
         if mode & 0o077:
-            return _item(f"matrix {c.name} token", False, f"{path}: mode {mode:04o}, should be 0600",
-                         f"chmod 600 {path}")
+            return _item(f"matrix {c.name} token", False,
+                         f"{path}: mode {mode:04o}, should be 0600", f"chmod 600 {path}")
         return _item(f"matrix {c.name} token", True, f"{path} (mode {mode:04o})")
 
 

@@ -203,7 +203,8 @@ class SyncLoop:
         with self._lock:
             before, self._state = self._state, state
         if state.state != before.state:
-            log.info("matrix connection state", extra={"connection": self.name, "state": state.state,
+            log.info("matrix connection state", extra={"connection": self.name,
+                                                       "state": state.state,
                                                        "detail": state.detail})
 
     async def _main(self) -> None:
