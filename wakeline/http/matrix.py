@@ -41,7 +41,7 @@ class MatrixRead:
     @falcon.before(lanes(*TURN_LANES))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """`{"route", "room", "messages": [{"eventId", "sender", "owner", "body", ...}]}`."""
-        from wakeline.providers.matrix.service import READ_DEFAULT, READ_MAX
+        from wakeline.providers.matrix.tools import READ_DEFAULT, READ_MAX
 
         grant: Grant = req.context.grant
         limit = int_param(req, "limit", READ_DEFAULT, low=1, high=READ_MAX) or READ_DEFAULT
@@ -49,12 +49,12 @@ class MatrixRead:
         if grant.lane is Lane.OPERATOR:
             if not route:
                 raise BadRequest("the operator names the route to read: ?route=NAME")
-            turn = _routes(self._matrix).route_named(route)
+            turn = _routes(self._matrix).tools.route_named(route)
         else:
             if route:
                 raise BadRequest("a turn reads its own route: leave out route")
-            turn = _routes(self._matrix).turn_route(grant)
-        resp.media = _routes(self._matrix).read(turn, limit)
+            turn = _routes(self._matrix).tools.turn_route(grant)
+        resp.media = _routes(self._matrix).tools.read(turn, limit)
 
 
 class MatrixSend:
@@ -70,7 +70,7 @@ class MatrixSend:
         if not isinstance(text, str):
             raise BadRequest("text must be a string")
         matrix = _routes(self._matrix)
-        approval = matrix.propose(matrix.turn_route(req.context.grant), text)
+        approval = matrix.tools.propose(matrix.tools.turn_route(req.context.grant), text)
         resp.status = falcon.HTTP_201
         resp.media = {"approval": approval.to_json()}
 

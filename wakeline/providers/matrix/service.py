@@ -1,5 +1,5 @@
-"""Matrix routes, wired: each connection's routes, actor and sync loop, and what the operator
-API asks of them (a turn's route, reads, proposed sends, status, doctor).
+"""Matrix routes, wired: each connection's routes, actor and sync loop; the start-up checks,
+sends, status and doctor (a route's tools are in `tools.py`).
 
 Built by the composition root only when `[matrix.connections.*]` exist; nio is imported
 here, lazily, only then. A connection that cannot run (no token, no matrix-nio, a token of
@@ -17,30 +17,22 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from wakeline.clock import Clock, iso
 from wakeline.config import Config, MatrixConnectionConfig
-from wakeline.errors import BadRequest, LaneRefused, MatrixUnavailable, RouteOff, WakelineError
 from wakeline.models.approvals import Approval, ApprovalStatus
-from wakeline.models.rooms import MATRIX_NAMESPACE, room_subject
 from wakeline.models.store import Store
 from wakeline.providers.matrix.approvals import ApprovalsService
 from wakeline.providers.matrix.connection import (
     ConnectionHooks, Health, MatrixConnection, SendRefused,
 )
-from wakeline.providers.matrix.events import MAX_EVENT_BYTES, event_size
 from wakeline.providers.matrix.routes import (
     UNCHECKED, RouteBook, RouteState, check_route, identity_problem,
 )
 from wakeline.providers.matrix.sync import HANDLE_TIMEOUT_SECONDS, LoopThread, SyncLoop
+from wakeline.providers.matrix.tools import RouteTools
 from wakeline.secrets import Secrets
-from wakeline.tokens import Grant, Lane
 
 log = logging.getLogger(__name__)
 
-READ_DEFAULT, READ_MAX = 20, 100
-READ_TIMEOUT_SECONDS = 30.0
 DOCTOR_TIMEOUT_SECONDS = 10.0
-TEXT_MAX_CHARS = 30_000
-QUOTE_MAX_CHARS = 8_000
-TEXT_TYPES = ("m.text", "m.notice", "m.emote")
 
 
 def txn_id(approval_id: str) -> str:
@@ -63,16 +55,6 @@ class Connection:
     fingerprint: str | None = None
 
 
-@dataclass(frozen=True)
-class TurnRoute:
-    """The route a turn's token reaches: its connection, route and conversation."""
-
-    connection: Connection
-    state: RouteState
-    conversation_id: str
-    turn_id: str | None
-
-
 class MatrixRoutes:
     """Every Matrix connection of one service."""
 
@@ -87,6 +69,7 @@ class MatrixRoutes:
         self.connections: dict[str, Connection] = {}
         self._thread = LoopThread()  # every connection's nio runs here (see sync.py)
         self.approvals = ApprovalsService(store, clock, self._send_approved, recorder)
+        self.tools = RouteTools(self)  # what a route's turn (and the operator) may ask
         registry = registry or CollectorRegistry()
         self._events = Counter("wakeline_matrix_events", "Matrix timeline events of bound rooms, "
                                "by what became of them (admitted, on_demand, duplicate, or why "
@@ -173,6 +156,16 @@ class MatrixRoutes:
         if sweep and actors:
             actors[0].sweep.defer()
 
+    @property
+    def store(self) -> Store:
+        """The store (the tools read conversations through it)."""
+        return self._store
+
+    @property
+    def recorder(self) -> Any:
+        """The journal's recorder."""
+        return self._recorder
+
     # --- start-up checks ------------------------------------------------------------------------
 
     async def _prepare(self, c: Connection, client: Any) -> bool:
@@ -188,7 +181,7 @@ class MatrixRoutes:
             self._recorder.matrix_connection(c.name, "refused", f"Connection {c.name} is off: "
                                              f"{problem}. Its routes are off.")
             return False
-        for state in await self._check(c, client):
+        for state in await self.check(c, client):
             before = c.routes.set(state)
             if not state.on:
                 log.error("matrix route switched off", extra={"route": state.route.name,
@@ -203,35 +196,14 @@ class MatrixRoutes:
         return True
 
     @staticmethod
-    async def _check(c: Connection, client: Any) -> list[RouteState]:
+    async def check(c: Connection, client: Any) -> list[RouteState]:
+        """Every route of the connection against the homeserver now (on its loop)."""
         joined = await client.joined_rooms()
         members = {}
         for state in c.routes.all():
             if state.route.bridge and state.route.room_id in joined:
                 members[state.route.room_id] = await client.members(state.route.room_id)
         return [check_route(s.route, joined, members) for s in c.routes.all()]
-
-    def _recheck(self, turn: TurnRoute) -> None:
-        """Before a read: the room is still joined and the bridge still there, or the route
-        goes off (and says why)."""
-        c, route = turn.connection, turn.state.route
-        assert c.loop is not None
-
-        async def work(client: Any) -> RouteState:
-            joined = await client.joined_rooms()
-            members = {route.room_id: await client.members(route.room_id)} \
-                if route.bridge and route.room_id in joined else {}
-            return check_route(route, joined, members)
-
-        state = _ask(c.loop, work)
-        if not state.on:
-            if c.routes.switch_off(route.name, state.detail):
-                log.error("matrix route switched off", extra={"route": route.name,
-                                                              "reason": state.detail})
-                self._recorder.matrix_connection(c.name, "route_off",
-                                                 f"Route {route.name} is off: {state.detail}.",
-                                                 route.name)
-            raise RouteOff(f"route {route.name} is off: {state.detail}")
 
     # --- sends ----------------------------------------------------------------------------------
 
@@ -266,66 +238,6 @@ class MatrixRoutes:
                 raise SendRefused(str(exc)) from None
 
         return c.loop.schedule(work)
-
-    # --- the operator API -----------------------------------------------------------------------
-
-    def turn_route(self, grant: Grant) -> TurnRoute:
-        """The route a turn's token reaches.
-
-        Raises:
-            LaneRefused: the token is no Matrix route's turn.
-        """
-        if grant.conversation_id is None or grant.lane is Lane.OPERATOR:
-            raise LaneRefused("only a Matrix route's turn may do this")
-        subject = self._store.rooms.subject_of(grant.conversation_id)
-        prefix = MATRIX_NAMESPACE.format(connection="")
-        if subject is None or not subject.namespace.startswith(prefix):
-            raise LaneRefused("this turn is not a Matrix route's")
-        c = self.connections.get(subject.namespace[len(prefix):])
-        state = c.routes.by_room(subject.key) if c is not None else None
-        if c is None or state is None:
-            raise LaneRefused("no configured Matrix route binds this room now")
-        return TurnRoute(c, state, grant.conversation_id, grant.turn_id)
-
-    def route_named(self, name: str) -> TurnRoute:
-        """The operator's read of a route by name (it has no turn).
-
-        Raises:
-            BadRequest: no such route.
-        """
-        for c in self.connections.values():
-            state = c.routes.get(name)
-            if state is not None:
-                conversation = self._store.rooms.conversation_of(
-                    room_subject(c.name, state.route.room_id))
-                return TurnRoute(c, state, conversation or "", None)
-        raise BadRequest(f"no Matrix route {name}")
-
-    def read(self, turn: TurnRoute, limit: int) -> dict[str, Any]:
-        """The bound room's recent text, after rechecking the route."""
-        if not turn.state.on or turn.connection.loop is None:
-            raise RouteOff(f"route {turn.state.route.name} is off: {turn.state.detail}")
-        self._recheck(turn)
-        room = turn.state.route.room_id
-        events = _ask(turn.connection.loop, lambda client: client.recent(room, limit))
-        owner = turn.connection.config.user_id
-        return {"route": turn.state.route.name, "room": room,
-                "messages": [m for m in (_message(e, owner) for e in events) if m is not None]}
-
-    def propose(self, turn: TurnRoute, text: str) -> Approval:
-        """An approval for the turn's route; nothing is sent."""
-        if not text.strip():
-            raise BadRequest("text must not be empty")
-        if len(text) > TEXT_MAX_CHARS:
-            raise BadRequest(f"text must be at most {TEXT_MAX_CHARS} characters")
-        current = turn.connection.routes.get(turn.state.route.name)
-        if current is None or not current.on:
-            raise RouteOff(f"route {turn.state.route.name} is off: "
-                           f"{current.detail if current else 'not configured'}")
-        route = current.route
-        return self.approvals.propose(connection=turn.connection.name, route=route.name,
-                                      conversation_id=turn.conversation_id, room_id=route.room_id,
-                                      body=text, turn_id=turn.turn_id)
 
     # --- status and doctor ------------------------------------------------------------------
 
@@ -396,7 +308,7 @@ class MatrixRoutes:
         if c.loop is None or not c.loop.ready:
             return {}
         try:
-            states = c.loop.submit(lambda client: self._check(c, client), DOCTOR_TIMEOUT_SECONDS)
+            states = c.loop.submit(lambda client: self.check(c, client), DOCTOR_TIMEOUT_SECONDS)
         except Exception as exc:  # the homeserver is slow or down: the last states stand
             log.warning("matrix doctor recheck failed", extra={"connection": c.name,
                                                                "error": exc.__class__.__name__})
@@ -416,50 +328,8 @@ class MatrixRoutes:
         return _item(f"matrix {c.name} token", True, f"{path} (mode {mode:04o})")
 
 
-def _ask(loop: SyncLoop, work: Callable[[Any], Any]) -> Any:
-    """Run `work` on the connection's loop for a request; what goes wrong is a 503."""
-    try:
-        return loop.submit(work, READ_TIMEOUT_SECONDS)
-    except WakelineError:
-        raise
-    except TimeoutError:
-        raise MatrixUnavailable("the homeserver did not answer in time") from None
-    except Exception as exc:
-        raise MatrixUnavailable(f"the homeserver could not answer: {exc.__class__.__name__}: "
-                                f"{str(exc)[:200]}") from None
-
-
 def _item(name: str, ok: bool, detail: str, fix: str | None = None) -> dict[str, Any]:
     item: dict[str, Any] = {"name": name, "ok": ok, "detail": detail}
     if fix and not ok:
         item["fix"] = fix
     return item
-
-
-def _message(event: dict[str, Any], owner: str) -> dict[str, Any] | None:
-    """One event of a read, as the agent sees it: text only, bounded, the owner marked."""
-    source = event.get("source") or {}
-    if not isinstance(source, dict) or event_size(source) > MAX_EVENT_BYTES:
-        return None
-    sender, event_id = source.get("sender"), source.get("event_id")
-    if not isinstance(sender, str) or not isinstance(event_id, str):
-        return None
-    base = {"eventId": event_id, "sender": sender, "owner": sender == owner,
-            "sentAt": iso(source["origin_server_ts"]) if isinstance(
-                source.get("origin_server_ts"), int) and source["origin_server_ts"] > 0 else None}
-    if event.get("undecryptable"):
-        return {**base, "undecryptable": True}
-    content = source.get("content")
-    if source.get("type") != "m.room.message" or not isinstance(content, dict):
-        return None
-    relates = content.get("m.relates_to")
-    if "m.new_content" in content or (isinstance(relates, dict)
-                                      and relates.get("rel_type") == "m.replace"):
-        return None  # an edit: the original is shown
-    body = content.get("body")
-    if content.get("msgtype") not in TEXT_TYPES or not isinstance(body, str):
-        return None
-    cut = len(body) > QUOTE_MAX_CHARS
-    return {**base, "msgtype": content["msgtype"],
-            "body": body[:QUOTE_MAX_CHARS - 1] + "…" if cut else body, "truncated": cut}
-
