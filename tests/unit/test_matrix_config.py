@@ -68,3 +68,20 @@ def test_the_token_is_a_secret_every_scrubber_knows(tmp_path: Path) -> None:
     assert scrub(f"Authorization: Bearer {token}", []) == "Authorization: Bearer [redacted]"
     assert scrub(f"the token {token} leaked", []) == "the token [redacted] leaked"
     assert scrub("an opaque one: Qx9-opaque", ["Qx9-opaque"]) == "an opaque one: [redacted]"
+
+
+def test_doctor_without_the_service_checks_each_token_file(tmp_path: Path) -> None:
+    from wakeline.checks import matrix_checks
+
+    c = parse_config({"matrix": {"connections": {
+        "me": CONNECTION, "them": {**CONNECTION, "access_token_file": "secrets/them"}}}},
+        tmp_path)
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "matrix-me").write_text("syt_x_y_z\n")
+    (tmp_path / "secrets" / "matrix-me").chmod(0o644)
+    found = {check.name: check for check in matrix_checks(c)}
+    assert found["matrix me token"].ok is False and "0644" in found["matrix me token"].detail
+    assert found["matrix them token"].ok is False and "missing" in found["matrix them token"].detail
+    (tmp_path / "secrets" / "matrix-me").chmod(0o600)
+    assert {ch.name: ch.ok for ch in matrix_checks(c)}["matrix me token"] is True
+    assert matrix_checks(parse_config({}, tmp_path)) == []
