@@ -223,3 +223,29 @@ def test_the_commands_inside_a_turn_and_the_operator_s(
     assert body == "hi from the cli" and f"as {event_id}" in approved.output
     refused = CliRunner().invoke(cli, ["matrix", "send", "from the operator"], env=env)
     assert refused.exit_code == 1 and "lane_refused" in refused.output
+
+
+def test_an_approved_reply_in_an_encrypted_room_reaches_the_people_there(
+        world: World, make_config: Callable[..., Config], running: Callable[..., Running],
+        tmp_path: Any) -> None:
+    from tests.support.matrix import Writer
+
+    config = matrix_config(make_config, world, [
+        {"name": "secret", "connection": "me", "room_id": world.encrypted}],
+        agent=[sys.executable, str(AGENT), "matrix-send", REPLY])
+    r = running(config, secrets_for(world))
+    alice = Writer(world.server, world.alice, tmp_path / "alice-store")
+    try:
+        alice.send(world.encrypted, "anyone there?")
+        approval = wait_until(lambda: r.api("GET", "/v1/approvals")[1]["approvals"], WAIT,
+                              message="the proposal")[0]
+        status, answer = r.api("POST", f"/v1/approvals/{approval['id']}/approve", json={})
+        assert status == 200 and answer["approval"]["status"] == "sent", answer
+
+        def owner_said() -> list[str | None]:
+            return [body for sender, body in alice.read(world.encrypted)
+                    if sender == world.me.user_id]
+
+        assert wait_until(owner_said, WAIT, message="alice sees the owner's reply") == [REPLY]
+    finally:
+        alice.close()

@@ -141,6 +141,10 @@ class Writer:
         """Send `m.text`, encrypted for every device of the room's members; its event id."""
         return str(self.ask("send", room=room, body=body)["event_id"])
 
+    def read(self, room: str) -> list[tuple[str, str | None]]:
+        """(sender, body) of the room's latest messages; body None where no key came."""
+        return [(sender, body) for sender, body in self.ask("read", room=room)["messages"]]
+
     def withhold(self, room: str, user: str, device: str) -> dict[str, Any]:
         """A new session shared with every device but one; its first-index key."""
         return self.ask("withhold", room=room, user=user, device=device)

@@ -9,6 +9,8 @@ Commands, one JSON object a line on stdin, each answered by one line on stdout:
 
 - `{"op": "login", "url", "user_id", "password", "store"}`
 - `{"op": "send", "room", "body"}`: `m.text`, encrypted for every device of the room's members
+- `{"op": "read", "room"}`: the room's latest messages as `[sender, body]`, decrypted where
+  this device has the keys (`null` where it has not)
 - `{"op": "withhold", "room", "user", "device"}`: a new megolm session shared with every
   device but that one (blacklisted); answers the session's key at its first index
 - `{"op": "share_key", "user", "device", "room", "session_id", "session_key"}`: send that
@@ -69,6 +71,22 @@ class Person:
                                              ignore_unverified_devices=True)
         assert isinstance(answer, RoomSendResponse), answer
         return {"event_id": answer.event_id}
+
+    async def read(self, room: str) -> dict[str, Any]:
+        """The room's latest messages, decrypted where this device has the keys."""
+        from nio import MegolmEvent, RoomMessagesResponse
+
+        assert self.client is not None
+        await self.sync()
+        answer = await self.client.room_messages(room, limit=50)
+        assert isinstance(answer, RoomMessagesResponse), answer
+        out = []
+        for event in reversed(answer.chunk):
+            if isinstance(event, MegolmEvent):
+                out.append([event.sender, None])
+            elif getattr(event, "source", {}).get("type") == "m.room.message":
+                out.append([event.sender, event.source["content"].get("body")])
+        return {"messages": out}
 
     def _device(self, user: str, device: str) -> Any:
         assert self.client is not None
