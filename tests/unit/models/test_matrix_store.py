@@ -159,3 +159,23 @@ def test_listing_puts_pending_first(store: Store) -> None:
     store.approvals.decide(new.id, ApprovalStatus.DENIED, "op", 3000)
     assert [a.id for a in store.approvals.recent()] == [old.id, new.id]
     assert [a.id for a in store.approvals.recent(status=ApprovalStatus.DENIED)] == [new.id]
+
+
+def test_a_crash_between_the_admissions_and_the_cursor_keeps_neither(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cursor is the page's last write: failing there rolls back its events too, and the
+    page admitted again (from the old cursor) is admitted once."""
+    import wakeline.models.rooms as rooms
+
+    store.rooms.admit_page("me", [], "cursor-0", 1000)
+    monkeypatch.setattr(rooms, "_CURSOR", "INSERT INTO no_such_table VALUES (?, ?, ?)")
+    with pytest.raises(Exception):
+        store.rooms.admit_page("me", [event(1), event(2)], "cursor-1", 1000)
+    assert rows(store, "SELECT COUNT(*) FROM receipts") == [(0,)]
+    assert store.rooms.cursor("me") == "cursor-0"
+
+    monkeypatch.undo()
+    again = store.rooms.admit_page("me", [event(1), event(2)], "cursor-1", 2000)
+    assert [a.duplicate for a in again] == [False, False]
+    assert rows(store, "SELECT COUNT(*) FROM deliveries") == [(2,)]
+    assert store.rooms.cursor("me") == "cursor-1"
