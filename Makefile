@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make test` also installs the Matrix extra, so the tests against a real Synapse run;
+# `make run` stays without it.
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test demo bench fuzz soak clean install
 
@@ -14,12 +17,16 @@ $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,matrix]'
+	touch $(TEST_STAMP)
+
 install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/wakeline serve
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
 demo: $(STAMP)

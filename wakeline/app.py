@@ -73,6 +73,8 @@ OWNERSHIP_EVERY_TICKS = 4
 # Echo memory resolves on every settled write; its sweep (and a pruning once a minute)
 # only catches what a lost message left behind.
 ECHO_SWEEP_EVERY_TICKS = 20
+# Matrix connections send what waits (approved before a restart, retries) once a second.
+MATRIX_EVERY_TICKS = 2
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +146,15 @@ class Service:
     ticker: Ticker
     turn_env: TurnEnv
     stopped: bool = False
+    matrix: Any = None  # MatrixRoutes, when [matrix.connections.*] exist (decision 0024)
 
     def start(self) -> None:
         """Start the fork server, recover the FIFO, then the writer, the listeners, the ticker."""
         self.turn_env.forkserver.start()
         self.supervisor.recover().get()
         self.writer.start()
+        if self.matrix is not None:
+            self.matrix.start()
         self.ingress.start()
         self.operator.start()
         self.ticker.start()
@@ -166,6 +171,8 @@ class Service:
         self.stopped = True
         self.ingress.stop()
         self.writer.stop()
+        if self.matrix is not None:
+            self.matrix.stop()  # no page is admitted after this; the cursor stays committed
         self.ticker.stop()
         self.operator.stop()
         self.supervisor.actor_ref.stop()
@@ -287,6 +294,13 @@ def build_service(
                            source=f"{conversation_id}:lookup")
 
     tracker.subscribe_ownership(ownership_settled)
+    matrix = None
+    if config.matrix.connections:
+        # Only now is matrix-nio imported (an optional extra): a Matrix-free wakeline never is.
+        from wakeline.providers.matrix.service import MatrixRoutes
+
+        matrix = MatrixRoutes(config, store, clock, secrets, recorder,
+                              lambda ids: supervisor.wake.defer(ids), metrics.registry)
     echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids),
                                    config.linear.echo_window_seconds * 1000).proxy()
     tracker.subscribe_intents(lambda ids: echo_memory.intents.defer(ids))
@@ -370,7 +384,7 @@ def build_service(
             live_actors=lambda: len(pykka.ActorRegistry.get_all()),
             tracker=tracker, settled=turn_env.settled, secrets=secrets, budget=budget,
             echo_memory=echo_memory, journal=journal_file, credential=credential,
-            installer=installer, live_turns=turn_env.live,
+            installer=installer, live_turns=turn_env.live, matrix=matrix,
             workflow=workflow if workflow.routes() else None,
         ),
         host=server.operator_host,
@@ -392,10 +406,13 @@ def build_service(
         if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
             echo_memory.sweep.defer()
             journal.maintain.defer()
+        if matrix is not None and ticks[0] % MATRIX_EVERY_TICKS == 0:
+            matrix.tick(sweep=ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0)
 
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
-                   supervisor, tracker, echo_memory, journal, journal_file, ticker, turn_env)
+                   supervisor, tracker, echo_memory, journal, journal_file, ticker, turn_env,
+                   matrix=matrix)
 
 
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:

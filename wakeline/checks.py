@@ -7,10 +7,12 @@ itself when no service answers, so a newcomer can check a config before the firs
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import socket
+import stat
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -138,8 +140,36 @@ def disk_check(config: Config) -> Check:
     return Check("disk", True, detail)
 
 
+def matrix_checks(config: Config) -> list[Check]:
+    """Each Matrix connection's token file (there, owner-only) and matrix-nio (installed);
+    the routes themselves are checked by the running service against the homeserver."""
+    if not config.matrix.connections:
+        return []
+    checks = []
+    if importlib.util.find_spec("nio") is None:
+        checks.append(Check("matrix-nio", False, "not installed: every Matrix route is off",
+                            "pip install 'wakeline[matrix]' into wakeline's environment"))
+    for name, conn in config.matrix.connections.items():
+        path = config.path(conn.access_token_file)
+        key = f"matrix {name} token"
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            empty = not path.read_text(encoding="utf-8").strip()
+        except OSError:
+            checks.append(Check(key, False, f"{path}: missing", "log in once with device_id "
+                                f"{conn.device_id} and put the token there (docs/operations.md)"))
+            continue
+        if empty or mode & 0o077:
+            checks.append(Check(key, False, f"{path}: " + ("empty" if empty else
+                                                           f"mode {mode:04o}, should be 0600"),
+                                f"chmod 600 {path}" if not empty else "put the token in it"))
+        else:
+            checks.append(Check(key, True, f"{path} (mode {mode:04o})"))
+    return checks
+
+
 def local_checks(config: Config) -> list[Check]:
     """What `wakeline doctor` can tell without the service: routes, commands, ports, disk."""
     return [*route_checks(config), *command_checks(config), *port_checks(config),
-            disk_check(config)]
+            disk_check(config), *matrix_checks(config)]
 

@@ -43,6 +43,8 @@ NEXT_STEP = {
     "possibly_dispatched": "check in Linear whether it happened before sending it again",
     "confirm_mismatch": "pass --confirm once for each id in targets, and nothing else",
     "unavailable": "the service's store or journal is busy or failing: see its log, then retry",
+    "route_off": "`wakeline doctor` says why the Matrix route is off; fix that, then restart",
+    "matrix_unavailable": "the Matrix connection is not up: see `wakeline status`, then retry",
 }
 
 
@@ -161,7 +163,30 @@ def _status_text(data: dict[str, Any]) -> str:
         f"inbox: {data['inbox']['unread']} unread",
         f"live actors: {data['liveActors']}, threads: {data['threads']}",
         _linear_status(data.get("linear")),
+        *_matrix_status(data.get("matrix")),
     ])
+
+
+def _matrix_status(matrix: dict[str, Any] | None) -> list[str]:
+    """One line per Matrix connection (a stall in red), then its routes that are off."""
+    if not matrix:
+        return []
+    lines = []
+    for c in matrix["connections"]:
+        on = sum(1 for r in c["routes"] if r["on"])
+        state = c["state"] if c["state"] == "ok" else click.style(c["state"].upper(), fg="red",
+                                                                   bold=True)
+        detail = f": {c['detail']}" if c["detail"] and c["state"] != "ok" else ""
+        if c.get("held") and c["held"]["stalled"]:
+            detail = f": event {c['held']['eventId']} in {c['held']['roomId']} cannot be " \
+                     f"decrypted since {c['held']['since']}"
+        lines.append(f"matrix {c['name']}: {state}{detail} ({on} of {len(c['routes'])} "
+                     "routes on)")
+        lines += [f"  route {r['name']} off: {r['detail']}" for r in c["routes"] if not r["on"]]
+    pending = matrix["approvals"]["pending"]
+    if pending:
+        lines.append(f"approvals: {pending} pending (wakeline approvals)")
+    return lines
 
 
 def _linear_status(auth: dict[str, Any] | None) -> str:
@@ -874,6 +899,10 @@ def follow(ctx: Context, state: str | None, as_json: bool) -> None:
     else:
         data = ctx.call("PUT", "/v1/following", json={"following": state == "on"})
     emit(data, as_json, lambda d: f"following: {'on' if d['following'] else 'off'}")
+
+
+# `wakeline matrix ...` and `wakeline approvals ...` (Matrix routes) live in their own module.
+from wakeline import cli_matrix  # noqa: E402,F401  (registers its commands on `cli`)
 
 
 def main() -> None:

@@ -14,7 +14,10 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+    model_validator,
+)
 
 from wakeline.errors import ConfigError
 
@@ -188,6 +191,73 @@ class RouteConfig(_Section):
     )
 
 
+MATRIX_ID = r"^@[^:\s]+:\S+$"
+ROOM_ID = r"^!\S+$"  # room version 12 ids have no server part
+
+
+class MatrixConnectionConfig(_Section):
+    """One Matrix account (the owner identity) that wakeline acts as: `[matrix.connections.NAME]`."""
+
+    homeserver: str = Field(..., pattern=r"^https?://\S+$",
+                            description="The homeserver's client API base URL.")
+    user_id: str = Field(..., pattern=MATRIX_ID,
+                         description="The owner identity this connection acts as (`@me:example.org`).")
+    access_token_file: str = Field(
+        ..., min_length=1, description="File holding the account's access token (a secret, "
+        "0600); it belongs to the device `device_id` and is never logged in again.")
+    device_id: str = Field("WAKELINE", min_length=1, pattern=r"^\S+$",
+                           description="The fixed device id the token was issued for; its "
+                           "end-to-end keys live under `<state_dir>/matrix/<name>/`.")
+    sync_timeout_seconds: float = Field(
+        30.0, ge=0, le=300, description="Long-poll of one `/sync`: the homeserver answers as "
+        "soon as something arrives, or after this long.")
+    retry_max_seconds: float = Field(
+        60.0, gt=0, le=3600, description="Longest wait between retries while the homeserver "
+        "is down, slow, or a page waits for keys (the wait doubles from half a second).")
+    stall_after_seconds: float = Field(
+        300.0, gt=0, le=86_400, description="An undecryptable event that has held the cursor "
+        "this long makes the connection `stalled` in status, doctor and the journal.")
+
+
+class MatrixRouteConfig(_Section):
+    """One exact room bound to one conversation: `[[matrix.routes]]`."""
+
+    name: str = Field(..., min_length=1, description="A name for logs, approvals and the API; "
+                      "unique among Matrix and Linear routes.")
+    connection: str = Field(..., min_length=1,
+                            description="The `[matrix.connections.NAME]` this route reads through.")
+    room_id: str = Field(..., pattern=ROOM_ID,
+                         description="The room (`!id:server`, not an alias) bound to the conversation.")
+    activation: Literal["on_event", "on_demand"] = Field(
+        "on_event", description='"on_event": new text from others wakes the conversation; '
+        '"on_demand": it is recorded and the cursor advances, but nothing wakes.')
+    bridge: str = Field("", pattern=r"^(@[^:\s]+:\S+)?$", description="Optional Matrix user id of a bridge bot that must be "
+                        "in the room (the route is switched off when it is not).")
+
+
+class MatrixConfig(_Section):
+    """Matrix connections and the routes that bind their rooms to conversations."""
+
+    connections: dict[str, MatrixConnectionConfig] = Field(
+        default_factory=dict, description="Accounts wakeline acts as, by name.")
+    routes: list[MatrixRouteConfig] = Field(
+        default_factory=list, description="Rooms bound to conversations.")
+
+    @model_validator(mode="after")
+    def _routes_name_known_connections(self) -> "MatrixConfig":
+        names = [r.name for r in self.routes]
+        if len(names) != len(set(names)):
+            raise ValueError("Matrix route names must be unique")
+        rooms = [(r.connection, r.room_id) for r in self.routes]
+        if len(rooms) != len(set(rooms)):
+            raise ValueError("a room is bound by at most one route of a connection")
+        for route in self.routes:
+            if route.connection not in self.connections:
+                raise ValueError(f"route {route.name} names no configured connection "
+                                 f"{route.connection!r}")
+        return self
+
+
 def _default_routes() -> list[RouteConfig]:
     return [RouteConfig(name="default", teams=["ENG"])]
 
@@ -208,6 +278,8 @@ class Config(_Section):
     routes: list[RouteConfig] = Field(
         default_factory=_default_routes, description="Routes; any [[routes]] replaces the default."
     )
+    matrix: MatrixConfig = Field(default_factory=MatrixConfig,
+                                 description="Matrix connections and routes (off when empty).")
     base_dir: Path = Field(Path("."), exclude=True, description="Directory of the config file.")
 
     @field_validator("routes")
@@ -217,6 +289,15 @@ class Config(_Section):
         if len(names) != len(set(names)):
             raise ValueError("route names must be unique")
         return routes
+
+    @model_validator(mode="after")
+    def _matrix_route_names_are_not_linear(self) -> "Config":
+        # A conversation keeps its route by name: one name must mean one route.
+        clash = {r.name for r in self.routes} & {r.name for r in self.matrix.routes}
+        if clash:
+            raise ValueError(f"a Matrix route has the name of a [[routes]] entry: "
+                             f"{', '.join(sorted(clash))}")
+        return self
 
     def path(self, value: str) -> Path:
         """Resolve a configured path against the config file's directory."""
@@ -252,6 +333,10 @@ class Config(_Section):
     def operator_token_path(self) -> Path:
         """The operator token file (0600)."""
         return self.state_path / "operator.token"
+
+    def matrix_store_path(self, connection: str) -> Path:
+        """A Matrix connection's end-to-end crypto store (nio's), under the state dir."""
+        return self.state_path / "matrix" / connection
 
     def route(self, name: str | None) -> RouteConfig | None:
         """The route of this name."""

@@ -199,3 +199,19 @@ class WorkspaceFailed(WakelineError):
     """A conversation's workspace (a directory or a git worktree) could not be prepared."""
 
     code = "workspace_failed"
+
+
+# --- Matrix routes -----------------------------------------------------------------------
+
+
+class MatrixUnavailable(WakelineError):
+    """The Matrix connection is not up (starting, the homeserver unreachable), or it did not
+    answer in time; nothing was sent."""
+
+    code = "matrix_unavailable"
+
+
+class RouteOff(WakelineError):
+    """The Matrix route is switched off (a failed check names why); it reads and sends nothing."""
+
+    code = "route_off"

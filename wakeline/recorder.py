@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import logging
 from typing import Any, Callable, Iterable
+from urllib.parse import quote
 
 from wakeline.journal import Note, excerpt
-from wakeline.models.envelopes import ActorInfo, AgentSession, DataChange, InboundDelivery
+from wakeline.models.envelopes import (
+    ActorInfo, AgentSession, DataChange, InboundDelivery, MatrixMessage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,44 @@ class Recorder:
             text=excerpt(text or delivery.headline), issue_keys=(key,) if key else (),
             thread=url if url and url.startswith("https://") else None, stage="accepted"))
 
+    def matrix_inbound(self, message: MatrixMessage, conversation_id: str, received_ms: int,
+                       *, woke: bool) -> None:
+        """A Matrix message newly admitted: it joined the room's FIFO, or (`on_demand`) was
+        recorded without waking anything."""
+        self._tell(Note(
+            id=f"inbound:matrix:{message.connection}:{message.event_id}", kind="inbound",
+            at_ms=received_ms, sender="external", to=conversation_id,
+            text=excerpt(f"{message.sender}: {message.body}"),
+            thread=f"https://matrix.to/#/{quote(message.room_id, safe='')}/"
+                   f"{quote(message.event_id, safe='')}",
+            stage="accepted" if woke else "recorded"))
+
+    def approval(self, approval: Any, event: str, who: str, text: str) -> None:
+        """A Matrix send proposed, approved, denied or expired (every decision is recorded)."""
+        self._tell(Note(id=f"lifecycle:{approval.id}:{event}", kind="lifecycle", at_ms=self._now(),
+                        sender=who, to=approval.conversation_id, text=text,
+                        thread=approval.conversation_id, stage=f"approval_{event}"))
+
+    def matrix_outbound(self, approval: Any) -> None:
+        """An approved Matrix send settled: sent (its event id) or failed (why)."""
+        if approval.status == "sent":
+            text = (f"m.text to {approval.room_id} (route {approval.route}, approval "
+                    f"{approval.id}): sent as {approval.event_id}")
+        else:
+            text = (f"m.text to {approval.room_id} (route {approval.route}, approval "
+                    f"{approval.id}): not sent: {approval.error}")
+        self._tell(Note(id=f"outbound:{approval.id}", kind="outbound", at_ms=self._now(),
+                        sender="wakeline", to="matrix", text=text, thread=approval.conversation_id,
+                        stage=str(approval.status)))
+
+    def matrix_connection(self, connection: str, event: str, text: str, about: str = "") -> None:
+        """Something about a Matrix connection: stalled, resumed, a route switched off (`about`
+        names it), a gap in a room's timeline."""
+        at = self._now()
+        self._tell(Note(id=f"lifecycle:matrix:{connection}:{at}:{event}:{about}", kind="lifecycle",
+                        at_ms=at, sender="matrix", to="wakeline", text=text,
+                        stage=f"matrix_{event}"))
+
     # --- turns -------------------------------------------------------------------------------
 
     def turn_started(self, turn: Any) -> None:
@@ -80,7 +121,8 @@ class Recorder:
         lines = [f"- {h}" for h in turn.inbox_headlines]
         for entry in turn.entries:
             env = entry.envelope
-            said = env.prompt if isinstance(env, AgentSession) else env.comment_body
+            said = env.prompt if isinstance(env, AgentSession) else (
+                env.body if isinstance(env, MatrixMessage) else env.comment_body)
             lines.append(f"- {entry.headline}" + (f": {excerpt(said, 300)}" if said else ""))
         self._tell(Note(
             id=f"turn_brief:{turn.turn_id}:{turn.attempt}", kind="turn_brief", at_ms=self._now(),

@@ -34,11 +34,12 @@ _TOKEN_SHAPES = re.compile(
     r"|\bsk-[A-Za-z0-9_-]{20,}"                      # OpenAI / Anthropic (sk-ant-, sk-proj-)
     r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"               # Slack
     r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"                # AWS access key ids
+    r"|\bsyt_[A-Za-z0-9_]{10,}"                      # Synapse (Matrix) access tokens
     r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
 )
 # Each pattern needs one of these; testing for them first keeps ordinary text cheap.
 _TOKEN_MARKS = ("wlt_", "ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "sk-", "xox",
-                "AKIA", "ASIA", "eyJ")
+                "AKIA", "ASIA", "eyJ", "syt_")
 _ASSIGNED_MARKS = ("token", "secret", "passw", "api")
 _BEARER = re.compile(r"\b(Bearer\s+)([A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
 # `api_key=...`, `GITHUB_TOKEN: ...`, `"password": "..."`; bounded affixes keep this linear.
@@ -60,13 +61,16 @@ class Secrets:
     linear_api_key: SecretStr | None
     operator_token: SecretStr | None
     client_secret: SecretStr | None = None
+    # Each Matrix connection's access token, by connection name (`[matrix.connections.NAME]`).
+    matrix_tokens: dict[str, SecretStr] = field(default_factory=dict, hash=False)
     _held: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._held[:] = self._fixed()
 
     def _fixed(self) -> list[str]:
-        found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret)
+        found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret,
+                 *self.matrix_tokens.values())
         return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
 
     def values(self) -> list[str]:
@@ -107,6 +111,8 @@ def load_secrets(config: Config, environ: dict[str, str]) -> Secrets:
         linear_api_key=pick(API_KEY_ENV, config.linear.api_key_file),
         operator_token=read_secret_file(config.operator_token_path),
         client_secret=pick(CLIENT_SECRET_ENV, config.linear.client_secret_file),
+        matrix_tokens={name: token for name, conn in config.matrix.connections.items()
+                       if (token := read_secret_file(config.path(conn.access_token_file)))},
     )
 
 

@@ -27,6 +27,7 @@ def record(prompt: str) -> None:
         "headlines": [l[2:] for l in prompt.splitlines() if l.startswith("- ")],
         "prompts": re.findall(r'"prompt": "([^"]+)"', prompt),
         "comments": re.findall(r'"comment": "([^"]+)"', prompt),
+        "texts": re.findall(r'"text": "([^"]+)"', prompt),  # Matrix messages
         "public": "route is public" in prompt,
         "env": sorted(os.environ),
         "cwd": os.getcwd(),
@@ -40,6 +41,39 @@ def record(prompt: str) -> None:
         fh.write(json.dumps(line) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def call(method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+    """One operator API call with the turn's token: (status, JSON body)."""
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(os.environ["WAKELINE_API_URL"] + path, data=data, method=method,
+                                 headers={"Authorization": "Bearer " + os.environ["WAKELINE_TOKEN"],
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def matrix(mode: str, text: str) -> int:
+    """`matrix-send TEXT`: propose TEXT; `matrix-api`: what this turn's token may do."""
+    if mode == "matrix-send":
+        status, body = call("POST", "/v1/matrix/send", {"text": text})
+        print(json.dumps({"status": status, "body": body}))
+        return 0 if status == 201 else 1
+    read = call("GET", "/v1/matrix/read?limit=5")
+    sent = call("POST", "/v1/matrix/send", {"text": text})
+    approval = (sent[1] or {}).get("approval", {}).get("id", "apr_0000000000000000") \
+        if isinstance(sent[1], dict) else "apr_0000000000000000"
+    codes = {"read": read[0], "send": sent[0], "list": call("GET", "/v1/approvals")[0],
+             "approve": call("POST", f"/v1/approvals/{approval}/approve", {})[0],
+             "deny": call("POST", f"/v1/approvals/{approval}/deny", {})[0]}
+    print(json.dumps({"codes": codes, "read": read[1], "approval": approval}))
+    return 0
 
 
 def main() -> int:
@@ -96,6 +130,8 @@ def main() -> int:
                 codes[f"{method} {path}"] = err.code
         print(json.dumps(codes))
         return 0
+    if mode in ("matrix-send", "matrix-api"):  # a Matrix route's tools, with the turn's token
+        return matrix(mode, arg or "a reply from the agent")
     if mode == "touch":  # leave an untracked file in the workspace, then answer
         with open(arg or "agent-notes.txt", "w", encoding="utf-8") as fh:
             fh.write("work in progress\n")

@@ -24,14 +24,19 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 ROW = re.compile(r"^\|\s*`(?P<key>[^`]+)`(?:\s*†)?\s*\|(?P<rest>.*)$")
 
 
-def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
-    """The section model a field holds, and whether it is a list of them (`[[...]]`)."""
+def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool | str]:
+    """The section model a field holds, and whether it is a list of them (`[[...]]`), or
+    `"named"` for a table of them by name (`[section.NAME]`)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, False
     if typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation)
         if isinstance(item, type) and issubclass(item, BaseModel):
             return item, True
+    if typing.get_origin(annotation) is dict:
+        _, item = typing.get_args(annotation)
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            return item, "named"
     return None, False
 
 
@@ -42,7 +47,8 @@ def _walk(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Field
             continue  # base_dir: set by the loader, not a key a user may write
         section, many = _model_of(field.annotation)
         if section is not None:
-            yield from _walk(section, f"{prefix}{name}{'[]' if many else ''}.")
+            suffix = ".NAME" if many == "named" else "[]" if many else ""
+            yield from _walk(section, f"{prefix}{name}{suffix}.")
         else:
             yield prefix + name, field
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import falcon
 from pydantic import SecretStr
@@ -51,13 +51,15 @@ class Doctor:
 
     def __init__(self, config: Config, store: Store, secrets: Secrets | None,
                  budget: RequestBudget | None, credential: Credential | None = None,
-                 workflow: WorkflowRegistry | None = None) -> None:
+                 workflow: WorkflowRegistry | None = None,
+                 matrix: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self._config = config
         self._store = store
         self._secrets = secrets
         self._budget = budget
         self._credential = credential
         self._workflow = workflow
+        self._matrix = matrix  # each Matrix connection and route, checked again now
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -81,6 +83,8 @@ class Doctor:
         linear, linear_checks = self._linear()
         checks += linear_checks
         checks += self._planning()
+        if self._matrix is not None:
+            checks += self._matrix()
         resp.media = {"ok": all(c["ok"] for c in checks), "checks": checks, "linear": linear}
 
     def _secret_checks(self) -> list[dict[str, Any]]:
@@ -173,6 +177,7 @@ class Doctor:
 
 def add_routes(app: falcon.App, config: Config, store: Store, secrets: Secrets | None,
                budget: RequestBudget | None, credential: Credential | None = None,
-               workflow: WorkflowRegistry | None = None) -> None:
+               workflow: WorkflowRegistry | None = None,
+               matrix: Callable[[], list[dict[str, Any]]] | None = None) -> None:
     """Mount the doctor."""
-    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget, credential, workflow))
+    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget, credential, workflow, matrix))

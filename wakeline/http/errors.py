@@ -34,6 +34,8 @@ STATUS: dict[type[e.WakelineError], int] = {
     e.InstallRefused: 400,
     e.InvalidProgress: 400,
     e.NoTurn: 409,
+    e.MatrixUnavailable: 503,
+    e.RouteOff: 409,
 }
 
 # Codes for falcon's own errors (routing, methods), so every error body is {"error": CODE}.

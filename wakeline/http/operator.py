@@ -13,7 +13,8 @@ from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.errors import BadRequest
 from wakeline.http import (
-    conversations, doctor, effects, errors, install, journal as journal_routes, linear, progress,
+    conversations, doctor, effects, errors, install, journal as journal_routes, linear,
+    matrix as matrix_routes, progress,
 )
 from wakeline.http.auth import BearerAuth, lanes
 from wakeline.http.params import int_param, json_body
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from wakeline.providers.linear.credentials import Credential
     from wakeline.providers.linear.install import Installer
     from wakeline.providers.linear.workflow import WorkflowRegistry
+    from wakeline.providers.matrix.service import MatrixRoutes
     from wakeline.secrets import Secrets
 
 
@@ -37,13 +39,14 @@ class Status:
     """`GET /v1/status`."""
 
     def __init__(self, store: Store, inbox: Inbox, clock: Clock, live_actors: Callable[[], int],
-                 credential: Credential | None = None) -> None:
+                 credential: Credential | None = None, matrix: MatrixRoutes | None = None) -> None:
         self._store = store
         self._inbox = inbox
         self._clock = clock
         self._started = clock.monotonic()
         self._live_actors = live_actors
         self._credential = credential
+        self._matrix = matrix
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -71,6 +74,8 @@ class Status:
             {"ok": False, "state": "none", "kind": "none",
              "detail": "no Linear credential: the local backend (nothing is written to Linear)"},
         }
+        if self._matrix is not None:
+            resp.media["matrix"] = self._matrix.status()
 
 
 class Following:
@@ -166,13 +171,14 @@ def create_operator_app(
     installer: Installer | None = None,
     live_turns: Mapping[str, TurnProgress] | None = None,
     workflow: WorkflowRegistry | None = None,
+    matrix: MatrixRoutes | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))
-    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential))
+    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential, matrix))
     app.add_route("/v1/following", Following(inbox))
     app.add_route("/v1/inbox", InboxPage(inbox))
     app.add_route("/v1/inbox/ack", InboxAck(inbox))
@@ -181,7 +187,9 @@ def create_operator_app(
     install.add_routes(app, installer)
     progress.add_routes(app, live_turns)
     effects.add_routes(app, store, echo_memory)
-    doctor.add_routes(app, config, store, secrets, budget, credential, workflow)
+    doctor.add_routes(app, config, store, secrets, budget, credential, workflow,
+                      matrix.doctor if matrix is not None else None)
     journal_routes.add_routes(app, journal)
+    matrix_routes.add_routes(app, matrix)
     return app
 

@@ -102,16 +102,35 @@ class AgentSession(_Frozen):
         return self.action == "prompted" and self.signal == "stop"
 
 
-Envelope = Annotated[DataChange | AgentSession, Field(discriminator="kind")]
+class MatrixMessage(_Frozen):
+    """Live text from someone other than the owner in a Matrix room a route binds.
+
+    `sender_name` is the sender's display name as the room showed it: anyone can choose
+    any name, so it is shown, never trusted; `sender` (the user id) is who wrote it.
+    """
+
+    kind: Literal["matrix_message"] = "matrix_message"
+    connection: str
+    route: str
+    room_id: str
+    event_id: str
+    sender: str
+    sender_name: str | None = None
+    body: str
+    sent_at: str | None = None
+    encrypted: bool = False
+
+
+Envelope = Annotated[DataChange | AgentSession | MatrixMessage, Field(discriminator="kind")]
 _ENVELOPE = TypeAdapter(Envelope)
 
 
-def parse_envelope(text: str | bytes) -> DataChange | AgentSession:
+def parse_envelope(text: str | bytes) -> DataChange | AgentSession | MatrixMessage:
     """Read back an envelope stored as JSON."""
     return _ENVELOPE.validate_json(text)
 
 
-def dump_envelope(envelope: DataChange | AgentSession) -> str:
+def dump_envelope(envelope: DataChange | AgentSession | MatrixMessage) -> str:
     """The JSON form stored in the FIFO."""
     return envelope.model_dump_json(exclude_defaults=False)
 

@@ -279,4 +279,38 @@ MIGRATIONS.append(
         )"""]
 )
 
+MIGRATIONS.append(
+    # Matrix routes (decision 0024): each connection's sync cursor, committed in the same
+    # transaction as the page's admissions; and the approvals of proposed sends, each bound to
+    # its connection, route, conversation, room and body (kept for the approver, with its hash).
+    [
+        """CREATE TABLE matrix_cursors (
+            connection TEXT PRIMARY KEY,
+            cursor TEXT NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        """CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            connection TEXT NOT NULL,
+            route TEXT NOT NULL,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id),
+            room_id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            body_sha256 TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN
+                ('pending', 'approved', 'denied', 'sent', 'expired', 'failed')),
+            turn_id TEXT,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            decided_by TEXT,
+            decided_at INTEGER,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            event_id TEXT,
+            error TEXT,
+            settled_at INTEGER
+        )""",
+        "CREATE INDEX approvals_status ON approvals (status, created_at)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

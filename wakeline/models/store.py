@@ -19,6 +19,7 @@ from peewee import SqliteDatabase, fn
 from wakeline.clock import Clock
 from wakeline.errors import Unavailable
 from wakeline.models.admissions import FOLLOWING_KEY, AdmissionResult, Admissions
+from wakeline.models.approvals import Approvals
 from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
 from wakeline.models.echoes import Echoes
@@ -27,6 +28,7 @@ from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
 from wakeline.models.plans import AdmissionPlan
+from wakeline.models.rooms import RoomAdmissions
 from wakeline.models.states import DeliveryState, Ownership, TerminalOutcome, TurnState
 from wakeline.models.tables import Tables, bind_tables
 
@@ -68,6 +70,9 @@ class Store:
         self.gates = PlanGates(db, self.t)
         self._following_default = following_default
         self._admissions = Admissions(db, self.fifo, self.outbox, following_default, self.gates)
+        # Matrix routes (decision 0024): pages with their cursor, and approvals of sends.
+        self.rooms = RoomAdmissions(db)
+        self.approvals = Approvals(db)
 
     @classmethod
     def open(cls, path: Path, clock: Clock, following_default: bool = False) -> "Store":

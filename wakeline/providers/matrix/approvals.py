@@ -1,0 +1,168 @@
+"""The approvals service: how a proposed Matrix send meets the human who decides.
+
+A route's turn proposes (`propose`, from `wakeline matrix send`): an approval bound to the
+connection, route, conversation, room and the body. A human decides: the operator through
+`POST /v1/approvals/{id}/approve|deny` (`wakeline approvals approve|deny ID`), and, once the
+Discord control threads exist, a button or `!approve ID` in the conversation's thread. Both
+call the same two methods, from any thread:
+
+    approvals.approve(approval_id, approver="discord:<user id>", body_sha256=shown_hash)
+    approvals.deny(approval_id, denier="discord:<user id>")
+
+`approver` names the human for the journal (the operator API passes `operator`);
+`body_sha256`, when given, must be the hash of the body the approver was shown, so a body
+that differs from what they saw is never approved. Approving tells the connection's actor
+to send; a second approve changes nothing and sends nothing. Every decision, and every
+expiry, is in the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from wakeline.clock import Clock, to_ms
+from wakeline.errors import Conflict, NotFound
+from wakeline.journal import excerpt
+from wakeline.models.approvals import DAY_MS, Approval, ApprovalStatus
+from wakeline.models.store import Store
+
+log = logging.getLogger(__name__)
+
+KEEP_SETTLED_MS = 30 * DAY_MS
+OPERATOR = "operator"
+
+
+class ApprovalsService:
+    """Propose, list, approve, deny and expire approvals of Matrix sends; thread-safe.
+
+    `send` tells the approval's connection to send it (a tell: it never waits); `recorder`
+    journals each decision.
+    """
+
+    def __init__(self, store: Store, clock: Clock, send: Callable[[Approval], None],
+                 recorder: object = None, ttl_ms: int = DAY_MS) -> None:
+        self._store = store
+        self._clock = clock
+        self._send = send
+        self._recorder = recorder
+        self._ttl_ms = ttl_ms
+
+    def _now(self) -> int:
+        return to_ms(self._clock.now())
+
+    def _journal(self, approval: Approval, event: str, who: str, text: str) -> None:
+        if self._recorder is not None:
+            self._recorder.approval(approval, event, who, text)  # type: ignore[attr-defined]
+
+    # --- a route's turn ------------------------------------------------------------------------
+
+    def propose(self, *, connection: str, route: str, conversation_id: str, room_id: str,
+                body: str, turn_id: str | None) -> Approval:
+        """Record a send for a human to decide; nothing is sent."""
+        approval = self._store.approvals.create(
+            connection=connection, route=route, conversation_id=conversation_id, room_id=room_id,
+            body=body, turn_id=turn_id, now=self._now(), ttl_ms=self._ttl_ms)
+        log.info("matrix send proposed", extra={"approval_id": approval.id, "route": route})
+        self._journal(approval, "pending", "agent",
+                      f"The agent proposes a message to {room_id} (route {route}); approve with "
+                      f"`wakeline approvals approve {approval.id}`:\n{excerpt(body, 600)}")
+        return approval
+
+    # --- humans ---------------------------------------------------------------------------------
+
+    def get(self, approval_id: str) -> Approval:
+        """One approval.
+
+        Raises:
+            NotFound: no such approval.
+        """
+        approval = self._store.approvals.get(approval_id)
+        if approval is None:
+            raise NotFound(f"no approval {approval_id}")
+        return approval
+
+    def recent(self, status: ApprovalStatus | None = None, limit: int = 100) -> list[Approval]:
+        """Approvals, pending first, then newest first."""
+        return self._store.approvals.recent(status=status, limit=limit)
+
+    def approve(self, approval_id: str, approver: str, *, body_sha256: str | None = None
+                ) -> Approval:
+        """A human approves: the connection sends it, once. Approving an approved (or sent)
+        approval again changes nothing.
+
+        Raises:
+            NotFound: no such approval.
+            Conflict: it was denied, expired or failed, or `body_sha256` is not its body's.
+        """
+        approval = self.get(approval_id)
+        if body_sha256 is not None and body_sha256 != approval.body_sha256:
+            raise Conflict("the body differs from the one you were shown: nothing approved",
+                           status=approval.status.value)
+        decided, changed = self._store.approvals.decide(approval_id, ApprovalStatus.APPROVED,
+                                                        approver, self._now())
+        assert decided is not None
+        if changed:
+            log.info("matrix send approved", extra={"approval_id": approval_id, "by": approver})
+            self._journal(decided, "approved", approver,
+                          f"{approver} approved {approval_id}: sending it to {decided.room_id} "
+                          f"(route {decided.route}).")
+            self._send(decided)
+            return decided
+        if decided.status in (ApprovalStatus.APPROVED, ApprovalStatus.SENT):
+            return decided  # twice is once
+        if decided.status is ApprovalStatus.PENDING:
+            self.sweep()  # its day is over: expired, and journaled so
+            decided = self.get(approval_id)
+        raise Conflict(f"the approval is {decided.status.value}: it cannot be approved",
+                       status=decided.status.value)
+
+    def deny(self, approval_id: str, denier: str) -> Approval:
+        """A human denies: it is never sent. Denying a denied approval again changes nothing.
+
+        Raises:
+            NotFound: no such approval.
+            Conflict: it was approved, sent, expired or failed already.
+        """
+        self.get(approval_id)
+        decided, changed = self._store.approvals.decide(approval_id, ApprovalStatus.DENIED,
+                                                        denier, self._now())
+        assert decided is not None
+        if changed:
+            log.info("matrix send denied", extra={"approval_id": approval_id, "by": denier})
+            self._journal(decided, "denied", denier,
+                          f"{denier} denied {approval_id}: it is not sent to {decided.room_id}.")
+            return decided
+        if decided.status is ApprovalStatus.DENIED:
+            return decided
+        if decided.status is ApprovalStatus.PENDING:
+            self.sweep()
+            decided = self.get(approval_id)
+        raise Conflict(f"the approval is {decided.status.value}: it cannot be denied",
+                       status=decided.status.value)
+
+    def wait_settled(self, approval_id: str, timeout: float) -> Approval:
+        """The approval once it is no longer `approved` (sent or failed), or as it is after
+        `timeout` real seconds: an operator's approve answers with the event id when it can."""
+        deadline = time.monotonic() + timeout
+        approval = self.get(approval_id)
+        while approval.status is ApprovalStatus.APPROVED and time.monotonic() < deadline:
+            time.sleep(0.05)  # a bounded poll of the store on the request's own thread
+            approval = self.get(approval_id)
+        return approval
+
+    # --- housekeeping ---------------------------------------------------------------------------
+
+    def sweep(self) -> list[Approval]:
+        """Expire pending approvals whose day is over (each journaled); forget settled ones
+        after 30 days. Returns those it expired."""
+        now = self._now()
+        expired = self._store.approvals.expire(now)
+        for approval in expired:
+            log.info("matrix send expired", extra={"approval_id": approval.id})
+            self._journal(approval, "expired", "wakeline",
+                          f"{approval.id} expired: nobody decided within a day; it is not sent "
+                          f"to {approval.room_id}.")
+        self._store.approvals.prune(now - KEEP_SETTLED_MS)
+        return expired
