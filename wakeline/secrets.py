@@ -20,6 +20,7 @@ from wakeline.config import Config
 WEBHOOK_SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
 API_KEY_ENV = "WAKELINE_LINEAR_API_KEY"
 CLIENT_SECRET_ENV = "WAKELINE_LINEAR_CLIENT_SECRET"
+DISCORD_TOKEN_ENV = "WAKELINE_DISCORD_TOKEN"
 # Learned secrets (rotating app tokens) scrubbed at once; the oldest go first.
 LEARNED_KEPT = 16
 REDACTED = "[redacted]"
@@ -60,13 +61,15 @@ class Secrets:
     linear_api_key: SecretStr | None
     operator_token: SecretStr | None
     client_secret: SecretStr | None = None
+    discord_token: SecretStr | None = None
     _held: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._held[:] = self._fixed()
 
     def _fixed(self) -> list[str]:
-        found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret)
+        found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret,
+                 self.discord_token)
         return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
 
     def values(self) -> list[str]:
@@ -107,6 +110,7 @@ def load_secrets(config: Config, environ: dict[str, str]) -> Secrets:
         linear_api_key=pick(API_KEY_ENV, config.linear.api_key_file),
         operator_token=read_secret_file(config.operator_token_path),
         client_secret=pick(CLIENT_SECRET_ENV, config.linear.client_secret_file),
+        discord_token=pick(DISCORD_TOKEN_ENV, config.discord.token_file),
     )
 
 
