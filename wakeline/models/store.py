@@ -19,6 +19,7 @@ from peewee import SqliteDatabase, fn
 from wakeline.clock import Clock
 from wakeline.errors import Unavailable
 from wakeline.models.admissions import FOLLOWING_KEY, AdmissionResult, Admissions
+from wakeline.models.bindings import Bindings
 from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
 from wakeline.models.echoes import Echoes
@@ -64,6 +65,7 @@ class Store:
         self.inbox = InboxStore(db, self.t)
         self.conversations = ConversationRecords(db, self.t, self.fifo)
         self.echoes = Echoes(db, self.t, self.following)
+        self.bindings = Bindings(db)  # control threads (Discord): wakeline/models/bindings.py
         self._following_default = following_default
         self._admissions = Admissions(db, self.fifo, self.outbox, following_default)
 
