@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from peewee import Case, SqliteDatabase, fn
 
-from wakeline.models.envelopes import AgentSession, DataChange, parse_envelope
+from wakeline.models.envelopes import AgentSession, ControlMessage, DataChange, parse_envelope
 from wakeline.models.outbox import EffectSpec, Outbox, SessionReply
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, Ownership, TurnResultKind, TurnState
@@ -38,7 +38,7 @@ class FifoEntry:
     seq: int
     headline: str
     received_at: int
-    envelope: DataChange | AgentSession
+    envelope: DataChange | AgentSession | ControlMessage
 
 
 @dataclass(frozen=True)
