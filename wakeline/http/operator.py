@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 import falcon
@@ -164,6 +164,7 @@ def create_operator_app(
     credential: Credential | None = None,
     installer: Installer | None = None,
     live_turns: Mapping[str, TurnProgress] | None = None,
+    extra_checks: Sequence[Callable[[], list[dict[str, Any]]]] = (),
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
@@ -179,7 +180,7 @@ def create_operator_app(
     install.add_routes(app, installer)
     progress.add_routes(app, live_turns)
     effects.add_routes(app, store, echo_memory)
-    doctor.add_routes(app, config, store, secrets, budget, credential)
+    doctor.add_routes(app, config, store, secrets, budget, credential, extra_checks)
     journal_routes.add_routes(app, journal)
     return app
 

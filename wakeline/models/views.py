@@ -160,4 +160,7 @@ def _show_conversation(store: Store, conversation_id: str) -> dict[str, Any] | N
         .limit(TURNS_SHOWN)
     ]
     view["lastTurn"] = view["turns"][0] if view["turns"] else None
+    binding = store.bindings.of(conversation_id)
+    # The human-facing thread (CONTRACT section 8): null while the conversation has none.
+    view["control"] = binding.to_json() if binding is not None else None
     return view
