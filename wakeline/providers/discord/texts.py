@@ -48,8 +48,9 @@ def split_message(text: str, limit: int = MESSAGE_MAX_CHARS) -> list[str]:
     """Cut `text` into messages of at most `limit` characters.
 
     Lines are kept whole where they fit; a line longer than `limit` is cut at its last
-    space before the limit, else at the limit. Blank-only pieces are dropped (Discord
-    refuses an empty message), so an empty text gives no message.
+    space before the limit, else at the limit. Each piece loses its trailing whitespace
+    (Discord trims it anyway) and blank pieces are dropped (Discord refuses an empty
+    message), so an empty text gives no message.
     """
     pieces: list[str] = []
     current = ""
@@ -68,7 +69,7 @@ def split_message(text: str, limit: int = MESSAGE_MAX_CHARS) -> list[str]:
         current += line
     if current:
         pieces.append(current)
-    return [p.rstrip("\n") for p in pieces if p.strip()]
+    return [p.rstrip() for p in pieces if p.strip()]
 
 
 def answer(kind: str, output: str) -> str:
