@@ -41,8 +41,8 @@ attribute `DiscordWebSocket.DEFAULT_GATEWAY` unless discord.py holds an address 
 
 Test API (callable from any thread): `post_user_message` (with `attachments`),
 `add_text_channel`, `add_thread`, `update_thread`, `delete_channel`, `channel`, `messages`,
-`set_role_permissions`, `set_overwrites`, `requests`, `requests_to`,
-`rate_limit_next`, `fail_next`, `drop_gateway`, `hold_gateway`, `request_reconnect`,
+`set_role_permissions`, `set_overwrites`, `requests`, `requests_to`, `rate_limit_next`,
+`fail_next`, `clear_scripts`, `drop_gateway`, `hold_gateway`, `request_reconnect`,
 `identifies`, `resumes`, `gateway_connections`, `session_ids`.
 """
 
@@ -596,6 +596,10 @@ class FakeDiscord:
             headers["X-RateLimit-Global"] = "true"
         self._on_loop(self._scripts.append,
                       _Scripted(method and method.upper(), path, 429, body, headers, times))
+
+    def clear_scripts(self) -> None:
+        """Forget every scripted answer not given yet: Discord answers normally again."""
+        self._on_loop(self._scripts.clear)
 
     def fail_next(self, method: str | None, path: str, status: int, body: Json | None = None,
                   *, times: int = 1) -> None:

@@ -114,7 +114,9 @@ class DiscordControl(pykka.ThreadingActor):
             if not self._controlled(cid):
                 continue
             if "terminal" in kinds:
-                self._enqueue(Job("close", cid, announce=True))
+                # Said first, then archived and locked: a retried archive never says it twice.
+                self._enqueue(Job("post", cid, texts.CLOSED, "closing"))
+                self._enqueue(Job("close", cid))
             elif "reopened" in kinds:
                 self._enqueue(Job("ensure", cid))
                 self._enqueue(Job("post", cid, texts.REOPENED))
@@ -198,7 +200,7 @@ class DiscordControl(pykka.ThreadingActor):
         for cid in due:
             lane = self._lanes.get(cid, ())
             if not any(job.kind == "close" for job in lane):
-                self._enqueue(Job("close", cid, announce=False))
+                self._enqueue(Job("close", cid))
 
     def diagnose(self, check: Callable[[], Any]) -> Future[Any]:
         """Run `check` (the doctor's REST calls) on the pool; the caller waits on the future."""

@@ -36,17 +36,17 @@ ARCHIVED_THREAD = 50083  # "Operation cannot be performed on an archived thread"
 class Job:
     """One piece of thread work for one conversation.
 
-    `kind`: `ensure`, `close`, `post`, `catch_up` or `command`. A post is an `answer`
-    (dropped once the conversation is terminal) or a lifecycle `line`; its `nonce` makes
-    a resend after a lost answer land once. `attempt` and `due` (monotonic seconds) are
-    the control's retry bookkeeping.
+    `kind`: `ensure`, `close`, `post`, `catch_up` or `command`. A post is an `answer` or
+    a lifecycle `line` (both dropped once the conversation is terminal), or the `closing`
+    line (said only while the conversation is terminal and its thread not closed yet); its
+    `nonce` makes a resend after a lost answer land once. `attempt` and `due` (monotonic
+    seconds) are the control's retry bookkeeping.
     """
 
     kind: str
     conversation_id: str
     text: str = ""
     post_kind: str = "line"
-    announce: bool = True
     message: ThreadMessage | None = None
     nonce: str = field(default_factory=lambda: secrets.token_hex(10))
     attempt: int = 0
@@ -84,9 +84,11 @@ class Keeper:
         if job.kind == "ensure":
             self.ensure(target)
         elif job.kind == "close":
-            self.close(target, announce=job.announce)
+            self.close(target)
+        elif job.kind == "post" and job.post_kind == "closing":
+            self.say_closing(target, job.text, job.nonce)
         elif job.kind == "post":
-            self.post(target, job.text, job.nonce, answer=job.post_kind == "answer")
+            self.post(target, job.text, job.nonce)
         elif job.kind == "catch_up":
             return self.catch_up(target)
         elif job.kind == "command" and job.message is not None:
@@ -146,8 +148,8 @@ class Keeper:
             raise DiscordRejected(f"parent channel {parent} is gone ({exc.detail})", 404,
                                   exc.discord_code) from None
 
-    def close(self, target: ControlTarget, *, announce: bool) -> None:
-        """Terminal intent: say so (unless reapplying), then archive and lock the thread."""
+    def close(self, target: ControlTarget) -> None:
+        """Terminal intent: archive and lock the thread (one edit), and record it."""
         if not target.terminal:
             return  # reopened meanwhile: the open state wins
         binding = self.bindings.of(target.conversation_id)
@@ -155,8 +157,6 @@ class Keeper:
             return  # terminal-first (no thread), or closed already
         thread_id = binding.thread_id
         try:
-            if announce:
-                self.rest.post(thread_id, texts.CLOSED, self._nonce("c"))
             try:
                 self.rest.edit_thread(thread_id, archived=True, locked=True)
             except DiscordRejected as exc:
@@ -174,9 +174,20 @@ class Keeper:
 
     # --- messages --------------------------------------------------------------------------
 
-    def post(self, target: ControlTarget, text: str, nonce: str, *, answer: bool) -> None:
+    def say_closing(self, target: ControlTarget, text: str, nonce: str) -> None:
+        """The closing line, before the archive: only while the conversation is terminal and
+        its thread not archived and locked yet (a restart's reapplied close says nothing)."""
+        binding = self.bindings.of(target.conversation_id)
+        if not target.terminal or binding is None or (binding.archived and binding.locked):
+            return
+        try:
+            self.rest.post(binding.thread_id, text, nonce)
+        except ThreadGone:
+            pass  # deleted by hand: the close records it
+
+    def post(self, target: ControlTarget, text: str, nonce: str) -> None:
         """Post in the thread (split at 2,000 characters); a thread that is gone is replaced
-        first. Nothing is posted for a terminal conversation but its closing line."""
+        first. Nothing is posted for a terminal conversation (but its closing line)."""
         if target.terminal:
             return  # a late answer or line must not unarchive a closed thread
         binding = self.bindings.of(target.conversation_id)

@@ -158,12 +158,16 @@ def test_close_says_so_then_archives_and_locks_once(setup: Any) -> None:
     keeper, rest, store = setup
     keeper.run(Job("ensure", conversation(store)))
     tid = store.bindings.of("cv_1").thread_id
+    keeper.run(Job("post", "cv_1", "closing while open", "closing"))  # reopened: not said
     set_terminal(store, "cv_1", True)
+    keeper.run(Job("post", "cv_1", "The issue was closed.", "closing"))
+    keeper.run(Job("post", "cv_1", "a late answer", "answer"))
     keeper.run(Job("close", "cv_1"))
-    keeper.run(Job("close", "cv_1", announce=False))  # the sweep again: nothing more
+    keeper.run(Job("close", "cv_1"))  # the sweep again: nothing more
+    keeper.run(Job("post", "cv_1", "The issue was closed.", "closing"))  # closed: not said
     assert [c for c in rest.calls if c[0] == "edit"] == [("edit", tid, "archived=True",
                                                           "locked=True")]
-    assert rest.posted[-1][1].startswith("The issue was completed or canceled")
+    assert [text for _, text in rest.posted[1:]] == ["The issue was closed."]
     binding = store.bindings.of("cv_1")
     assert binding.archived and binding.locked
 
@@ -174,7 +178,7 @@ def test_close_of_a_thread_archived_by_discord_unarchives_to_lock_it(setup: Any)
     tid = store.bindings.of("cv_1").thread_id
     rest.threads[tid]["archived"] = True
     set_terminal(store, "cv_1", True)
-    keeper.run(Job("close", "cv_1", announce=False))
+    keeper.run(Job("close", "cv_1"))
     assert rest.threads[tid] == {"name": "[OPS-1] Rotate the logs", "archived": True,
                                  "locked": True}
 
