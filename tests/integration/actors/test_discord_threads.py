@@ -206,12 +206,13 @@ def test_bots_others_and_system_messages_are_ignored(harness: Any) -> None:
     wait_until(lambda: len(h.runs()) == 2, message="the allowed person's turn")
     prompt = h.runs()[1]
     assert prompt["headlines"] == [f"Discord message · OPS-7 · user{PERSON}"]
-    turn = h.conversation(h.only_conversation()["id"])["turns"][0]
-    assert turn["deliveries"] == 1
+    turns = wait_until(lambda: len(h.only_conversation()["turns"]) == 2
+                       and h.only_conversation()["turns"], message="its turn recorded")
+    assert turns[0]["deliveries"] == 1
     # Only the allowed person's message became a delivery: the bot's own answers and the
     # other user's message did not; its prompt says it has attachments and no text.
     assert len(deliveries(h)) == 1
-    output = h.conversation(h.only_conversation()["id"])["turns"][0]["output"]
+    output = turns[0]["output"]
     assert "(no text: attachments only)" in output and "trace.log" in output
 
 
@@ -451,6 +452,20 @@ def test_a_dropped_gateway_resumes_and_nothing_is_lost_or_doubled(harness: Any) 
 
 def test_an_invalid_session_catches_up_over_rest(harness: Any) -> None:
     h = harness("prompt", discord=True)
+    try:
+        _invalid(h)
+    except AssertionError:
+        fake = h.discord
+        actor = h.service.discord.control.actor_ref._actor_weakref()
+        print("DEBUG lanes", {k: [(j.kind, j.attempt, j.due) for j in v] for k, v in actor._lanes.items()})
+        print("DEBUG running", actor._running, "catching", actor._catching)
+        print("DEBUG reqs", [(r.at, r.method, r.path, r.status, r.query) for r in fake.requests][-25:])
+        print("DEBUG deliveries", deliveries(h), "cursor", cursor(h), h.runs())
+        print("DEBUG msgs", [(m["id"], m["author"]["id"], m["content"][:20]) for t in [thread_of(h)] for m in fake.messages(t)])
+        raise
+
+
+def _invalid(h: Any) -> None:
     fake = h.discord
     h.deliver(opened())
     thread_id = thread_of(h)

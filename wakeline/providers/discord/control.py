@@ -46,6 +46,7 @@ BACKOFF_SECONDS: tuple[float, ...] = (1, 2, 5, 10, 30, 60, 120, 300)
 WORKERS = 4
 SWEEP_EVERY_TICKS = 120  # about a minute at the ticker's 0.5 s
 LANE_MAX_JOBS = 200  # a conversation whose thread is unreachable keeps at most this many
+HELD_MAX = 10_000  # live messages held across a reconnect; older ones are left to the catch-up
 ANSWERS = {"response", "error", "elicitation"}
 
 
@@ -77,6 +78,10 @@ class DiscordControl(pykka.ThreadingActor):
         self._lanes: dict[str, deque[Job]] = {}
         self._running: set[str] = set()
         self._catching: dict[str, list[ThreadMessage]] = {}  # thread id -> live messages held
+        # Until the first session is ready (what was said while wakeline was down is caught
+        # up then) and after each disconnect, live messages wait in `_held`.
+        self._gap = True
+        self._held: list[ThreadMessage] = []
         self._unbound_logged: set[str] = set()
         self._ticks = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -149,31 +154,47 @@ class DiscordControl(pykka.ThreadingActor):
     # --- the Gateway ------------------------------------------------------------------------
 
     def gateway_message(self, message: ThreadMessage) -> None:
-        """A message the Gateway saw (held while its thread is being caught up)."""
+        """A message the Gateway saw: held while the session may have missed some (from a
+        disconnect until Discord resumed it, or until a new session's catch-up is in),
+        so a thread's messages are admitted in order and its cursor never skips a gap."""
+        if self._gap:
+            if len(self._held) >= HELD_MAX:
+                # Never lost: not admitted, so the cursor stays and the catch-up fetches it.
+                log.warning("discord message held too long: left to the catch-up",
+                            extra={"message_id": self._held.pop(0).message_id})
+            self._held.append(message)
+            return
         held = self._catching.get(message.thread_id)
         if held is not None:
             held.append(message)
         else:
             self._receive(message)
 
+    def gateway_disconnected(self) -> None:
+        """The connection dropped: what comes next may follow a gap, until it is closed."""
+        self._gap = True
+
     def gateway_ready(self) -> None:
         """A new Gateway session (the first, or after one was refused): what was sent while
-        none was open is fetched, thread by thread, after the last message seen."""
+        none was open is fetched, thread by thread, after the last message seen; that
+        thread's live messages wait for it."""
         try:
             bindings = self._store.bindings.open_bindings(PROVIDER)
         except Exception:
             log.exception("cannot list the threads to catch up")
-            return
+            bindings = []
         for binding in bindings:
             if binding.thread_id not in self._catching:
                 self._catching[binding.thread_id] = []
                 self._enqueue(Job("catch_up", binding.conversation_id,
                                   text=binding.thread_id))
         log.info("discord gateway ready", extra={"catching_up": len(bindings)})
+        self._close_gap()
 
     def gateway_resumed(self) -> None:
         """The session went on after a drop: Discord replayed what was missed."""
         log.info("discord gateway resumed")
+        self._close_gap()
 
     def gateway_failed(self, reason: str) -> None:
         """The Gateway gave up for good (a refused token, an intent the app may not use)."""
@@ -198,9 +219,7 @@ class DiscordControl(pykka.ThreadingActor):
             log.exception("cannot read the threads owed an archive")
             return
         for cid in due:
-            lane = self._lanes.get(cid, ())
-            if not any(job.kind == "close" for job in lane):
-                self._enqueue(Job("close", cid))
+            self._close_once(cid)
 
     def diagnose(self, check: Callable[[], Any]) -> Future[Any]:
         """Run `check` (the doctor's REST calls) on the pool; the caller waits on the future."""
@@ -233,15 +252,27 @@ class DiscordControl(pykka.ThreadingActor):
 
     def _enqueue(self, job: Job) -> None:
         lane = self._lanes.setdefault(job.conversation_id, deque())
-        waiting = list(lane)[1:] if job.conversation_id in self._running else list(lane)
+        running = job.conversation_id in self._running
+        waiting = list(lane)[1:] if running else list(lane)
         if job.kind == "ensure" and waiting and waiting[-1].kind == "ensure":
             return  # one waiting ensure covers every delivery that lands before it runs
         if len(lane) >= LANE_MAX_JOBS:
             log.warning("discord work dropped: too much waiting for one thread",
                         extra={"conversation_id": job.conversation_id, "kind": job.kind})
             return
-        lane.append(job)
+        if job.kind == "catch_up":
+            # Ahead of the waiting work (a retry may wait minutes): the thread's live
+            # messages are held until it is in, and it needs nothing that comes before it.
+            lane.insert(1 if running else 0, job)
+        else:
+            lane.append(job)
         self._pump(job.conversation_id)
+
+    def _close_once(self, cid: str) -> None:
+        """A close, unless one already waits in the conversation's lane."""
+        lane = self._lanes.get(cid, ())
+        if not any(job.kind == "close" for job in list(lane)[1 if cid in self._running else 0:]):
+            self._enqueue(Job("close", cid))
 
     def _pump(self, cid: str) -> None:
         if cid in self._running:
@@ -292,6 +323,12 @@ class DiscordControl(pykka.ThreadingActor):
             "retry_in_seconds": wait})
         return True
 
+    def _close_gap(self) -> None:
+        self._gap = False
+        held, self._held = self._held, []
+        for message in held:
+            self.gateway_message(message)  # to a thread's catch-up, or admitted now
+
     def _caught_up(self, thread_id: str, found: list[ThreadMessage]) -> None:
         """Admit what the catch-up fetched and what arrived live meanwhile, in id order,
         each once (receipts make any message seen before a duplicate)."""
@@ -330,6 +367,12 @@ class DiscordControl(pykka.ThreadingActor):
         bindings.seen(PROVIDER, message.thread_id, message.id_number)
         if result.outcome is Outcome.ACCEPTED and message.command:
             self._enqueue(Job("command", binding.conversation_id, message=message))
+        elif result.reason == "terminal":
+            # Someone could post, so the closed issue's thread is open again (a moderator
+            # unlocked it): it is archived and locked once more, without a word.
+            bindings.mirror(binding.conversation_id, binding.thread_id, archived=False,
+                            locked=False, now=to_ms(self._clock.now()))
+            self._close_once(binding.conversation_id)
 
 
 class GatewaySink:
@@ -348,6 +391,11 @@ class GatewaySink:
         """A new session."""
         self.state = ("connected", "")
         self._tell(self._control.gateway_ready)
+
+    def disconnected(self) -> None:
+        """The connection dropped (discord.py reconnects on its own)."""
+        self.state = ("reconnecting", "")
+        self._tell(self._control.gateway_disconnected)
 
     def resumed(self) -> None:
         """The session went on."""

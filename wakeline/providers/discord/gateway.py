@@ -48,6 +48,7 @@ class Sink(Protocol):
     """Who the Gateway tells (the DiscordControl proxy: each call is a non-blocking tell)."""
 
     def message(self, message: ThreadMessage) -> None: ...
+    def disconnected(self) -> None: ...
     def ready(self) -> None: ...
     def resumed(self) -> None: ...
     def failed(self, reason: str) -> None: ...
@@ -93,6 +94,13 @@ class _Client(discord.Client):
         self._sink = sink
         self._identify_wait = identify_wait_seconds
 
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """Events go on until the client closes. discord.py still dispatches `disconnect`
+        once `close()` has begun, by when its loop may be gone: that event's coroutine would
+        never run (and warn)."""
+        if not self.is_closed():
+            super().dispatch(event, *args, **kwargs)
+
     async def on_ready(self) -> None:
         """A new session: the sink catches up on what it may have missed."""
         self._sink.ready()
@@ -100,6 +108,11 @@ class _Client(discord.Client):
     async def on_resumed(self) -> None:
         """The session went on; Discord replayed what was missed."""
         self._sink.resumed()
+
+    async def on_disconnect(self) -> None:
+        """The connection dropped: until the session resumes or is caught up, the sink
+        holds what comes."""
+        self._sink.disconnected()
 
     async def on_message(self, message: discord.Message) -> None:
         """Every guild message goes to the sink, which decides what counts."""

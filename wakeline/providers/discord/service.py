@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import pykka
+
 from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.models.admissions import AdmissionResult
@@ -98,26 +100,27 @@ class DiscordService:
         changes = [(r.conversation_id, r.joined == r.conversation_id, r.events)
                    for r in results if r.conversation_id and (r.joined or r.events)]
         if changes:
-            self.control.admitted.defer(changes)
+            _tell(self.control.admitted, changes)
 
     def turn_finished(self, finished: Any) -> None:
         """A finalised turn (`FinishedTurn`)."""
         turn = finished.turn
-        self.control.turn_finished.defer(turn.conversation_id, turn.route,
-                                         finished.result.value, finished.output)
+        _tell(self.control.turn_finished, turn.conversation_id, turn.route,
+              finished.result.value, finished.output)
 
     def turn_failed(self, turn: Any, error: str, stalled: bool) -> None:
         """A failed attempt; only a stall is said in the thread."""
         if stalled:
-            self.control.turn_stalled.defer(turn.conversation_id, turn.route, turn.attempt, error)
+            _tell(self.control.turn_stalled, turn.conversation_id, turn.route, turn.attempt,
+                  error)
 
     def lifecycle(self, conversation_id: str, event: str, text: str) -> None:
         """The supervisor's reset and abandon."""
-        self.control.lifecycle.defer(conversation_id, event)
+        _tell(self.control.lifecycle, conversation_id, event)
 
     def tick(self) -> None:
         """The ticker's beat: due retries, and now and then the terminal sweep."""
-        self.control.tick.defer()
+        _tell(self.control.tick)
 
     def checks(self) -> list[dict[str, Any]]:
         """The doctor's Discord items (asks Discord, through the control's workers)."""
@@ -132,3 +135,11 @@ class DiscordService:
                 {"name": "discord_api", "ok": False, "detail": "the checks did not finish",
                  "fix": "try again; see the log"}]
         return [c.to_json() for c in items]
+
+
+def _tell(method: Any, *args: Any) -> None:
+    """A tell that a stopped control (shutting down) ignores: its work is redone at start."""
+    try:
+        method.defer(*args)
+    except pykka.ActorDeadError:
+        pass
