@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sqlite3
+import warnings
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,12 @@ from typing import Any
 
 import pytest
 import requests
+
+with warnings.catch_warnings():
+    # discord.py (the `discord` extra, which the `test` extra installs) imports the deprecated
+    # `audioop`; without it these tests skip.
+    warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
+    pytest.importorskip("discord")
 
 from tests.conftest import comment_event, issue_event, signed
 from tests.fakes.discord import FakeDiscord

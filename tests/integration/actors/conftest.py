@@ -14,7 +14,6 @@ import requests
 from pydantic import SecretStr
 
 from tests.conftest import OPERATOR_TOKEN, signed
-from tests.fakes.discord import FakeDiscord
 from tests.fakes.linear import FakeLinear
 from wakeline.app import Service, build_service
 from wakeline.config import Config
@@ -89,6 +88,8 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         fake = linear or FakeLinear()
         fakes.append(fake.start())
         if discord is True:
+            from tests.fakes.discord import FakeDiscord  # aiohttp: the discord extra's
+
             discord = FakeDiscord(token=DISCORD_TOKEN)
         if discord is not None and discord not in discord_fakes:
             # Ours to stop, and only after the services: their Gateway clients close first.
@@ -136,7 +137,7 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         return harness
 
     fakes: list[FakeLinear] = []
-    discord_fakes: list[FakeDiscord] = []
+    discord_fakes: list[Any] = []
     yield start
     for service in started:
         service.stop()

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import warnings
 from typing import Any
 
 import pytest
+
+with warnings.catch_warnings():
+    # discord.py (the `discord` extra, which the `test` extra installs) imports the deprecated
+    # `audioop`; without it these tests skip.
+    warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
+    pytest.importorskip("discord")
 
 from tests.conftest import comment_event, issue_event, session_event
 from tests.fakes.discord import FakeDiscord, RecordedRequest
@@ -535,3 +542,23 @@ def test_the_doctor_checks_the_token_and_each_parent_channel(harness: Any) -> No
     assert item["ok"] is False and "Manage Threads" in item["detail"]
     assert "Manage Threads" in item["fix"] and "Edit Channel" in item["fix"]
     assert len(h.linear.requests) == linear_calls  # the doctor never calls Linear
+
+
+def test_a_route_without_a_channel_never_touches_discord(harness: Any) -> None:
+    from tests.fakes.discord import FakeDiscord as Fake
+
+    fake = Fake(token=DISCORD_TOKEN)
+    h = harness("ok", discord=fake, routes=[
+        {"name": "eng", "teams": ["ENG"]},
+        {"name": "ops", "teams": ["OPS"], "mode": "issue", "discord_channel_id": fake.channel_id}])
+    h.deliver(session_event("created", session_id="s1"))
+    wait_until(lambda: h.only_conversation()["turns"], message="the session's turn")
+    h.api("POST", f"/v1/conversations/{h.only_conversation()['id']}/reset")
+    h.deliver(opened())  # the ops issue does get its thread
+    wait_until(lambda: creates(fake), message="the ops thread")
+    eng = [c for c in h.api("GET", "/v1/conversations").json()["conversations"]
+           if c["route"] == "eng"][0]
+    assert h.conversation(eng["id"])["control"] is None
+    assert len(creates(fake)) == 1 and all(
+        "OPS-7" in r.json["content"] or r.json["content"].startswith("done")
+        for r in fake.requests_to("POST", "/channels/*/messages"))

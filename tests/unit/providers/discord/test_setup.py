@@ -69,3 +69,47 @@ def test_conversations_show_prints_the_control_thread() -> None:
         _conversation_text(view)
     view["control"] = None
     assert "control:" not in _conversation_text(view)
+
+
+def test_the_doctor_wants_the_token_file_owner_only(make_config: Callable[..., Config],
+                                                    tmp_path: Path) -> None:
+    from wakeline.providers.discord.doctor import token_check
+
+    config = make_config(discord={"token_file": "bot-token"},
+                         routes=[{"name": "ops", "teams": ["OPS"], "discord_channel_id": "1"}])
+    missing = token_check(config, token_set=False, from_env=False)
+    assert missing is not None and not missing.ok and "ops" in missing.detail
+    assert "WAKELINE_DISCORD_TOKEN" in (missing.fix or "")
+    token = tmp_path / "bot-token"
+    token.write_text("t0ken\n")
+    token.chmod(0o644)
+    loose = token_check(config, token_set=True, from_env=False)
+    assert loose is not None and not loose.ok and loose.fix == f"chmod 600 {token}"
+    token.chmod(0o600)
+    assert token_check(config, token_set=True, from_env=False).ok  # type: ignore[union-attr]
+    assert token_check(config, token_set=True, from_env=True).detail.startswith("env")  # type: ignore[union-attr]
+    assert token_check(make_config(), token_set=False, from_env=False) is None  # Discord unused
+
+
+def test_permissions_are_computed_as_discord_does() -> None:
+    from wakeline.providers.discord.doctor import NEEDED, permissions
+    from wakeline.providers.discord.rest import Channel
+
+    needed = sum(NEEDED.values())
+    guild = {"id": "1", "owner_id": "9", "roles": [{"id": "1", "permissions": str(1 << 10)},
+                                                   {"id": "2", "permissions": str(needed)}]}
+    member = {"roles": ["2"]}
+
+    def channel(*overwrites: dict[str, Any]) -> Channel:
+        return Channel("5", 0, "agents", None, "1", False, False, tuple(overwrites))
+
+    assert permissions(guild, member, channel(), "7") & needed == needed
+    denied = channel({"id": "2", "type": 0, "allow": "0", "deny": str(NEEDED["Manage Threads"])})
+    assert not permissions(guild, member, denied, "7") & NEEDED["Manage Threads"]
+    again = channel({"id": "2", "type": 0, "allow": "0", "deny": str(NEEDED["Manage Threads"])},
+                    {"id": "7", "type": 1, "allow": str(NEEDED["Manage Threads"]), "deny": "0"})
+    assert permissions(guild, member, again, "7") & NEEDED["Manage Threads"]
+    everyone_off = channel({"id": "1", "type": 0, "allow": "0", "deny": str(1 << 10)})
+    assert permissions(guild, {"roles": []}, everyone_off, "7") & (1 << 10) == 0
+    admin = {**guild, "roles": [*guild["roles"], {"id": "3", "permissions": str(1 << 3)}]}
+    assert permissions(admin, {"roles": ["3"]}, denied, "7") & needed == needed
