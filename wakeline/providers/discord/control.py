@@ -10,9 +10,12 @@ conversation's lane and is retried with backoff. A thread message is admitted he
 on the actor's thread, through the same admission writer as a webhook; the actor
 never blocks on Discord.
 
-After every new Gateway session the actor catches up on each open thread's messages
-after the last one it saw; live messages of a thread being caught up wait until the
-catch-up is in, so a thread's messages are admitted in order, each once.
+Live messages wait while the Gateway may have missed some: before the first session
+is ready and from a disconnect until Discord resumes the session or a new one is
+ready. After every new session the actor catches up on each open thread's messages
+after the last one it saw, and that thread's live messages wait until the catch-up is
+in, so a thread's messages are admitted in order, each once, and its cursor never
+moves past a message it has not seen.
 """
 
 from __future__ import annotations
@@ -186,8 +189,10 @@ class DiscordControl(pykka.ThreadingActor):
         for binding in bindings:
             if binding.thread_id not in self._catching:
                 self._catching[binding.thread_id] = []
-                self._enqueue(Job("catch_up", binding.conversation_id,
-                                  text=binding.thread_id))
+                # From the cursor as it stands now: a retry after live messages went in
+                # (they move the cursor) still fetches from where the gap began.
+                self._enqueue(Job("catch_up", binding.conversation_id, text=binding.thread_id,
+                                  after=binding.last_message_id or int(binding.thread_id)))
         log.info("discord gateway ready", extra={"catching_up": len(bindings)})
         self._close_gap()
 
@@ -220,6 +225,12 @@ class DiscordControl(pykka.ThreadingActor):
             return
         for cid in due:
             self._close_once(cid)
+
+    def backlog(self) -> dict[str, int]:
+        """What waits: jobs (in lanes, running included), threads being caught up, and live
+        messages held across a gap (for the doctor)."""
+        return {"jobs": sum(len(lane) for lane in self._lanes.values()),
+                "catchingUp": len(self._catching), "held": len(self._held)}
 
     def diagnose(self, check: Callable[[], Any]) -> Future[Any]:
         """Run `check` (the doctor's REST calls) on the pool; the caller waits on the future."""

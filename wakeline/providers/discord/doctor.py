@@ -150,9 +150,12 @@ def _channel(config: Config, rest: DiscordRest, index: int, route: Any, bot_id: 
                              "threads there")
 
 
-def gateway_check(state: tuple[str, str]) -> Check:
-    """The Gateway as the control last heard of it: (state, detail)."""
+def gateway_check(state: tuple[str, str], backlog: dict[str, int] | None = None) -> Check:
+    """The Gateway as the control last heard of it, (state, detail), and what waits."""
     condition, detail = state
     if condition == "failed":
         return Check("discord_gateway", False, f"stopped: {detail}", "fix it, then restart")
-    return Check("discord_gateway", True, condition + (f" ({detail})" if detail else ""))
+    waiting = (f"; {backlog['jobs']} thread jobs waiting, {backlog['catchingUp']} threads "
+               f"catching up" if backlog else "")
+    return Check("discord_gateway", True, condition + (f" ({detail})" if detail else "")
+                 + waiting)

@@ -48,6 +48,7 @@ class Job:
     text: str = ""
     post_kind: str = "line"
     message: ThreadMessage | None = None
+    after: int | None = None  # a catch-up: the cursor when the session began
     nonce: str = field(default_factory=lambda: secrets.token_hex(10))
     attempt: int = 0
     due: float = 0.0
@@ -90,7 +91,7 @@ class Keeper:
         elif job.kind == "post":
             self.post(target, job.text, job.nonce)
         elif job.kind == "catch_up":
-            return self.catch_up(target)
+            return self.catch_up(target, job.after)
         elif job.kind == "command" and job.message is not None:
             self.command(target, job.message, job.nonce)
         return []
@@ -208,12 +209,12 @@ class Keeper:
                     return
                 self.rest.post(binding.thread_id, chunk, f"{nonce}{index}")
 
-    def catch_up(self, target: ControlTarget) -> list[ThreadMessage]:
-        """The messages after the thread's cursor (after the thread's start when none)."""
+    def catch_up(self, target: ControlTarget, after: int | None = None) -> list[ThreadMessage]:
+        """The messages after `after` (by default the thread's cursor, or its start)."""
         binding = self.bindings.of(target.conversation_id)
         if binding is None:
             return []
-        cursor = binding.last_message_id or int(binding.thread_id)
+        cursor = after or binding.last_message_id or int(binding.thread_id)
         found: list[ThreadMessage] = []
         try:
             for _ in range(CATCH_UP_PAGES):

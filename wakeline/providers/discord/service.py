@@ -126,6 +126,8 @@ class DiscordService:
         """The doctor's Discord items (asks Discord, through the control's workers)."""
         items = [gateway_check(self.sink.state)]
         try:
+            waiting = self.control.backlog().get(timeout=5)
+            items[0] = gateway_check(self.sink.state, waiting)
             future = self.control.diagnose(lambda: channel_checks(self._config, self.rest)) \
                 .get(timeout=5)
             items += future.result(timeout=DOCTOR_TIMEOUT_SECONDS)

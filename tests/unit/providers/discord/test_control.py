@@ -38,6 +38,7 @@ class StubKeeper:
     def __init__(self) -> None:
         self.rest = StubRest()
         self.ran: list[tuple[str, str]] = []
+        self.jobs: list[Job] = []
         self.pages: dict[str, list[ThreadMessage]] = {}
         self.fail: dict[str, int] = {}
         self.lock = threading.Lock()
@@ -48,6 +49,7 @@ class StubKeeper:
     def run(self, job: Job) -> list[ThreadMessage]:
         with self.lock:
             self.ran.append((job.kind, job.text))
+            self.jobs.append(job)
             if self.fail.get(job.kind, 0) > 0:
                 self.fail[job.kind] -= 1
                 raise DiscordUnavailable("down")
@@ -79,6 +81,11 @@ def control(store: Store) -> Any:
     proxy.actor_ref.stop()
 
 
+def idle(actor: Any) -> bool:
+    """Nothing waits in the control: no job, no catch-up, nothing held."""
+    return actor.backlog().get() == {"jobs": 0, "catchingUp": 0, "held": 0}
+
+
 def cursor(store: Store) -> int | None:
     binding = store.bindings.of("cv_1")
     assert binding is not None
@@ -102,9 +109,9 @@ def test_a_live_message_after_a_gap_never_moves_the_cursor_past_what_was_missed(
         control: Any) -> None:
     actor, keeper, admitted, store = control
     actor.gateway_ready().get()
-    wait_until(lambda: ("catch_up", THREAD) in keeper.ran, message="the first catch-up")
+    wait_until(lambda: idle(actor), message="the first catch-up")
     actor.gateway_message(message(200)).get()
-    assert admitted == ["200"] and cursor(store) == 200
+    assert admitted == ["200"] and cursor(store) == 200  # the actor's own call: done when told
     actor.gateway_disconnected().get()
     actor.gateway_message(message(230, bot=True)).get()  # the new session's first, live
     actor.gateway_message(message(231)).get()
@@ -118,10 +125,10 @@ def test_a_live_message_after_a_gap_never_moves_the_cursor_past_what_was_missed(
 def test_a_resumed_session_releases_what_it_held(control: Any) -> None:
     actor, keeper, admitted, store = control
     actor.gateway_ready().get()
-    wait_until(lambda: ("catch_up", THREAD) in keeper.ran, message="the first catch-up")
+    wait_until(lambda: idle(actor), message="the first catch-up")
     actor.gateway_disconnected().get()
     actor.gateway_message(message(300)).get()  # replayed by Discord on RESUME
-    assert admitted == []
+    assert admitted == [] and actor.backlog().get()["held"] == 1
     actor.gateway_resumed().get()
     assert admitted == ["300"]
     assert [k for k, _ in keeper.ran].count("catch_up") == 1  # no catch-up after a resume
@@ -129,14 +136,17 @@ def test_a_resumed_session_releases_what_it_held(control: Any) -> None:
 
 def test_a_failing_catch_up_lets_live_messages_through_and_fetches_later(control: Any) -> None:
     actor, keeper, admitted, store = control
+    store.bindings.seen("discord", THREAD, 390)
     keeper.fail["catch_up"] = 1
     keeper.pages[THREAD] = [message(400)]
     actor.gateway_message(message(401)).get()
     actor.gateway_ready().get()
     wait_until(lambda: "401" in admitted, message="released when the catch-up failed")
-    actor.tick().get()
+    wait_until(lambda: cursor(store) == 401, message="the live message moved the cursor")
     wait_until(lambda: actor.tick().get() is None and "400" in admitted,
                message="the retried catch-up")
+    # Retried from where the gap began, not from the cursor the live message moved.
+    assert [j.after for j in keeper.jobs if j.kind == "catch_up"] == [390, 390]
 
 
 def test_other_people_bots_and_unbound_threads_are_not_admitted(
@@ -146,7 +156,7 @@ def test_other_people_bots_and_unbound_threads_are_not_admitted(
     caplog.set_level(logging.INFO, logger="wakeline.providers.discord.control")
     actor, keeper, admitted, store = control
     actor.gateway_ready().get()
-    wait_until(lambda: ("catch_up", THREAD) in keeper.ran, message="the first catch-up")
+    wait_until(lambda: idle(actor), message="the first catch-up")
     actor.gateway_message(message(500, author="666")).get()
     actor.gateway_message(message(501, bot=True)).get()
     for n in (502, 503):
