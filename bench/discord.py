@@ -200,7 +200,8 @@ def report(d: dict[str, Any], spacing_ms: float) -> bool:
          "—", "—"),
         (f"thread message → agent start p50 / p99 (n={m['n']})",
          f"{m['p50']:.1f} / {m['p99']:.1f} ms",
-         f"≤ {TARGET_RATIO:g}x webhook p99 or < {TARGET_MS:g} ms", "yes" if met_latency else "no"),
+         f"≤ {TARGET_RATIO:g}x webhook p99 or < {TARGET_MS:g} ms",
+         "yes" if met_latency else "no"),
         ("thread creates / opening posts / answer posts per new issue",
          f"{d['creates_per_issue']:.2f} / {d['opening_posts_per_issue']:.2f} / "
          f"{d['answer_posts_per_issue']:.2f}", "1 / 1 / 1", "yes" if met_requests else "no"),

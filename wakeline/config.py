@@ -197,7 +197,8 @@ class DiscordConfig(_Section):
     )
     api_url: str = Field(
         "https://discord.com/api/v10",
-        description="Discord's REST base; the Gateway address comes from GET {api_url}/gateway/bot.",
+        description="Discord's REST base; the Gateway address comes from "
+        "GET {api_url}/gateway/bot.",
     )
     guild_id: str = Field(
         "", pattern=r"^\d{0,25}$",

@@ -18,7 +18,9 @@ import logging
 from typing import Any, Callable, Iterable
 
 from wakeline.journal import Note, excerpt
-from wakeline.models.envelopes import ActorInfo, AgentSession, ControlMessage, DataChange, InboundDelivery
+from wakeline.models.envelopes import (
+    ActorInfo, AgentSession, ControlMessage, DataChange, InboundDelivery,
+)
 
 log = logging.getLogger(__name__)
 

@@ -50,11 +50,11 @@ heartbeat_seconds = 1500
 max_concurrent_turns = 4
 
 [discord]
-# Control threads (docs/operations.md): off without a bot token. Needs `pip install 'wakeline[discord]'`.
+# Control threads (docs/operations.md): off without a bot token; needs the `discord` extra.
 token_file = "var/secrets/discord-bot-token"   # $WAKELINE_DISCORD_TOKEN wins
 api_url = "https://discord.com/api/v10"
 guild_id = ""                   # set it: only this server's channels and messages count
-allowed_user_ids = []           # Discord user ids who may talk to the agent; empty: anyone in the channel
+allowed_user_ids = []           # Discord user ids who may talk to the agent; empty: anyone there
 
 [[routes]]
 name = "default"

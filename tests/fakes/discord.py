@@ -11,7 +11,8 @@ user (`bot_id`) and its application, and answers as Discord does:
   `POST|GET /channels/{id}/messages` (the list is newest first, `after`/`before`/`around`,
   `limit` 1-100; a post with `enforce_nonce` and a nonce already used by its author in that
   channel answers the first message instead of posting again), `GET /guilds/{id}` (its
-  roles: `@everyone` and the bot's managed role) and `GET /guilds/{id}/members/{user}`. Errors use Discord's JSON shape (`{"message", "code"}`, 50035 with
+  roles: `@everyone` and the bot's managed role) and `GET /guilds/{id}/members/{user}`.
+  Errors use Discord's JSON shape (`{"message", "code"}`, 50035 with
   `errors` for an invalid form body, 10003 for an unknown channel). Every answer carries
   `Via: 1.1 google` and per-route `X-RateLimit-*` headers; a bucket past its limit is
   answered 429 as Discord does; `rate_limit_next` scripts a 429.

@@ -26,7 +26,8 @@ import requests
 with warnings.catch_warnings():
     # discord.py (the `discord` extra, which the `test` extra installs) imports the deprecated
     # `audioop`; without it these tests skip.
-    warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message="'audioop' is deprecated",
+                            category=DeprecationWarning)
     pytest.importorskip("discord")
 
 from tests.conftest import comment_event, issue_event, signed

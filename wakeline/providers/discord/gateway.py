@@ -28,7 +28,8 @@ from typing import Any, Callable, Protocol, Sequence
 with warnings.catch_warnings():
     # discord.py imports the standard library's deprecated `audioop` (voice), which wakeline
     # never uses; that one warning is silenced, at import only.
-    warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message="'audioop' is deprecated",
+                            category=DeprecationWarning)
     import discord
     import yarl
     from discord.gateway import DiscordWebSocket

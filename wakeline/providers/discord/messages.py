@@ -19,7 +19,9 @@ from functools import partial
 from typing import Any
 
 from wakeline.models.bindings import ControlTarget
-from wakeline.models.envelopes import Attachment, ControlMessage, InboundDelivery, IssueInfo, Subject
+from wakeline.models.envelopes import (
+    Attachment, ControlMessage, InboundDelivery, IssueInfo, Subject,
+)
 from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision
 from wakeline.models.states import Outcome
 from wakeline.providers.discord import PROVIDER

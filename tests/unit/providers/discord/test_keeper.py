@@ -77,7 +77,8 @@ def setup(make_config: Callable[..., Config], store: Store) -> tuple[Keeper, Stu
                                  {"name": "quiet", "teams": ["Q"]}])
     rest = StubRest()
     journal: list[tuple[str, ...]] = []
-    keeper = Keeper(rest, store.bindings, config, SystemClock(), ["s3cret-value"],  # type: ignore[arg-type]
+    keeper = Keeper(rest, store.bindings, config, SystemClock(),  # type: ignore[arg-type]
+                    ["s3cret-value"],
                     journal=lambda cid, event, text, source: journal.append((cid, event)))
     keeper.journaled = journal  # type: ignore[attr-defined]
     return keeper, rest, store
