@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -30,15 +29,14 @@ import pykka
 
 from wakeline.clock import Clock, to_ms
 from wakeline.config import DiscordConfig
-from wakeline.errors import (
-    DiscordError, DiscordRateLimited, DiscordUnauthorized, DiscordUnavailable, Unavailable,
-)
+from wakeline.errors import DiscordError, Unavailable
 from wakeline.models.admissions import AdmissionResult
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.states import Outcome
 from wakeline.models.store import Store
 from wakeline.providers.discord import PROVIDER, texts
 from wakeline.providers.discord.keeper import Job, Keeper
+from wakeline.providers.discord.lanes import Lanes
 from wakeline.providers.discord.messages import ThreadMessage, plan, to_delivery
 
 log = logging.getLogger(__name__)
@@ -48,7 +46,6 @@ log = logging.getLogger(__name__)
 BACKOFF_SECONDS: tuple[float, ...] = (1, 2, 5, 10, 30, 60, 120, 300)
 WORKERS = 4
 SWEEP_EVERY_TICKS = 120  # about a minute at the ticker's 0.5 s
-LANE_MAX_JOBS = 200  # a conversation whose thread is unreachable keeps at most this many
 HELD_MAX = 10_000  # live messages held across a reconnect; older ones are left to the catch-up
 ANSWERS = {"response", "error", "elicitation"}
 
@@ -75,11 +72,9 @@ class DiscordControl(pykka.ThreadingActor):
         self._guild = settings.guild_id
         self._allowed = frozenset(settings.allowed_user_ids)
         self._clock = clock
-        self._backoff = tuple(backoff_seconds)
         self._workers = workers
         self._sweep_every = sweep_every_ticks
-        self._lanes: dict[str, deque[Job]] = {}
-        self._running: set[str] = set()
+        self._lanes = Lanes(self._start, clock.monotonic, backoff_seconds)
         self._catching: dict[str, list[ThreadMessage]] = {}  # thread id -> live messages held
         # Until the first session is ready (what was said while wakeline was down is caught
         # up then) and after each disconnect, live messages wait in `_held`.
@@ -210,8 +205,7 @@ class DiscordControl(pykka.ThreadingActor):
     def tick(self) -> None:
         """Start jobs whose retry is due; now and then, sweep terminal intent again."""
         self._ticks += 1
-        for cid in list(self._lanes):
-            self._pump(cid)
+        self._lanes.pump_all()
         if self._ticks % self._sweep_every == 0:
             self.sweep()
 
@@ -229,8 +223,8 @@ class DiscordControl(pykka.ThreadingActor):
     def backlog(self) -> dict[str, int]:
         """What waits: jobs (in lanes, running included), threads being caught up, and live
         messages held across a gap (for the doctor)."""
-        return {"jobs": sum(len(lane) for lane in self._lanes.values()),
-                "catchingUp": len(self._catching), "held": len(self._held)}
+        return {"jobs": self._lanes.size(), "catchingUp": len(self._catching),
+                "held": len(self._held)}
 
     def diagnose(self, check: Callable[[], Any]) -> Future[Any]:
         """Run `check` (the doctor's REST calls) on the pool; the caller waits on the future."""
@@ -238,22 +232,14 @@ class DiscordControl(pykka.ThreadingActor):
         return self._pool.submit(check)
 
     def job_done(self, job: Job, error: DiscordError | None, found: list[ThreadMessage]) -> None:
-        """A worker finished `job`: next job, a retry later, or the job dropped."""
-        cid = job.conversation_id
-        self._running.discard(cid)
-        lane = self._lanes.get(cid)
+        """A worker finished `job`: the lane's next job, or this one again later."""
         if error is not None and job.kind == "catch_up":
             # Live messages are not held behind a failing catch-up: they go in now, and the
             # catch-up, when it gets through, admits what is still missing.
             self._caught_up(job.text, [])
-        if error is not None and self._retry(job, error):
-            self._pump(cid)
-            return
-        if lane and lane[0] is job:
-            lane.popleft()
-        if job.kind == "catch_up":
+        if self._lanes.finished(job, error) and job.kind == "catch_up":
             self._caught_up(job.text, found)
-        self._pump(cid)
+        self._lanes.pump(job.conversation_id)
 
     # --- internals --------------------------------------------------------------------------
 
@@ -262,41 +248,15 @@ class DiscordControl(pykka.ThreadingActor):
         return target is not None and self._keeper.channel_of(target.route) is not None
 
     def _enqueue(self, job: Job) -> None:
-        lane = self._lanes.setdefault(job.conversation_id, deque())
-        running = job.conversation_id in self._running
-        waiting = list(lane)[1:] if running else list(lane)
-        if job.kind == "ensure" and waiting and waiting[-1].kind == "ensure":
-            return  # one waiting ensure covers every delivery that lands before it runs
-        if len(lane) >= LANE_MAX_JOBS:
-            log.warning("discord work dropped: too much waiting for one thread",
-                        extra={"conversation_id": job.conversation_id, "kind": job.kind})
-            return
-        if job.kind == "catch_up":
-            # Ahead of the waiting work (a retry may wait minutes): the thread's live
-            # messages are held until it is in, and it needs nothing that comes before it.
-            lane.insert(1 if running else 0, job)
-        else:
-            lane.append(job)
-        self._pump(job.conversation_id)
+        self._lanes.add(job)
 
     def _close_once(self, cid: str) -> None:
         """A close, unless one already waits in the conversation's lane."""
-        lane = self._lanes.get(cid, ())
-        if not any(job.kind == "close" for job in list(lane)[1 if cid in self._running else 0:]):
+        if not self._lanes.waits(cid, "close"):
             self._enqueue(Job("close", cid))
 
-    def _pump(self, cid: str) -> None:
-        if cid in self._running:
-            return
-        lane = self._lanes.get(cid)
-        if not lane:
-            self._lanes.pop(cid, None)
-            return
-        job = lane[0]
-        if job.due > self._clock.monotonic():
-            return  # a retry waits; the tick starts it
+    def _start(self, job: Job) -> None:
         assert self._pool is not None
-        self._running.add(cid)
         self._pool.submit(self._work, job)
 
     def _work(self, job: Job) -> None:
@@ -314,25 +274,6 @@ class DiscordControl(pykka.ThreadingActor):
             self._me.job_done.defer(job, error, found)
         except pykka.ActorDeadError:
             pass  # stopping: terminal intent is reapplied at the next start
-
-    def _retry(self, job: Job, error: DiscordError) -> bool:
-        """Keep `job` at the head of its lane for a later attempt when the failure may pass."""
-        transient = isinstance(error, (DiscordUnavailable, DiscordRateLimited))
-        if not transient or job.attempt >= len(self._backoff):
-            level = logging.ERROR if isinstance(error, DiscordUnauthorized) else logging.WARNING
-            log.log(level, "discord job dropped", extra={
-                "kind": job.kind, "conversation_id": job.conversation_id, "error": error.code,
-                "detail": error.detail, "attempts": job.attempt + 1})
-            return False
-        wait = self._backoff[job.attempt]
-        if isinstance(error, DiscordRateLimited):
-            wait = max(wait, error.retry_after)
-        job.attempt += 1
-        job.due = self._clock.monotonic() + wait
-        log.info("discord job waits for a retry", extra={
-            "kind": job.kind, "conversation_id": job.conversation_id, "error": error.code,
-            "retry_in_seconds": wait})
-        return True
 
     def _close_gap(self) -> None:
         self._gap = False
@@ -385,42 +326,3 @@ class DiscordControl(pykka.ThreadingActor):
                             locked=False, now=to_ms(self._clock.now()))
             self._close_once(binding.conversation_id)
 
-
-class GatewaySink:
-    """What the Gateway thread tells the control: each call a tell, never a wait."""
-
-    def __init__(self, control: Any) -> None:
-        self._control = control
-        # (state, detail) for the doctor: connecting, ready, resumed or failed.
-        self.state: tuple[str, str] = ("connecting", "")
-
-    def message(self, message: ThreadMessage) -> None:
-        """A message in a channel of the guild."""
-        self._tell(self._control.gateway_message, message)
-
-    def ready(self) -> None:
-        """A new session."""
-        self.state = ("connected", "")
-        self._tell(self._control.gateway_ready)
-
-    def disconnected(self) -> None:
-        """The connection dropped (discord.py reconnects on its own)."""
-        self.state = ("reconnecting", "")
-        self._tell(self._control.gateway_disconnected)
-
-    def resumed(self) -> None:
-        """The session went on."""
-        self.state = ("connected", "resumed")
-        self._tell(self._control.gateway_resumed)
-
-    def failed(self, reason: str) -> None:
-        """The Gateway gave up for good."""
-        self.state = ("failed", reason)
-        self._tell(self._control.gateway_failed, reason)
-
-    @staticmethod
-    def _tell(method: Any, *args: Any) -> None:
-        try:
-            method.defer(*args)
-        except pykka.ActorDeadError:
-            pass  # stopping: what the Gateway saw is caught up after the next start

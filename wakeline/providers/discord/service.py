@@ -20,9 +20,10 @@ from wakeline.config import Config
 from wakeline.models.admissions import AdmissionResult
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.store import Store
-from wakeline.providers.discord.control import BACKOFF_SECONDS, DiscordControl, GatewaySink
+from wakeline.providers.discord.control import BACKOFF_SECONDS, DiscordControl
 from wakeline.providers.discord.doctor import channel_checks, gateway_check
 from wakeline.providers.discord.keeper import Keeper
+from wakeline.providers.discord.messages import ThreadMessage
 from wakeline.providers.discord.rest import DiscordRest
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,39 @@ class DiscordTuning:
     identify_wait_seconds: float | None = None
     guild_ready_timeout: float = 2.0
     rest_max_wait_seconds: float = 15.0
+
+
+class GatewaySink:
+    """What the Gateway thread tells the control: each call a tell, never a wait."""
+
+    def __init__(self, control: Any) -> None:
+        self._control = control
+        # (state, detail) for the doctor: connecting, connected, reconnecting or failed.
+        self.state: tuple[str, str] = ("connecting", "")
+
+    def message(self, message: ThreadMessage) -> None:
+        """A message in a channel of the guild."""
+        _tell(self._control.gateway_message, message)
+
+    def ready(self) -> None:
+        """A new session."""
+        self.state = ("connected", "")
+        _tell(self._control.gateway_ready)
+
+    def disconnected(self) -> None:
+        """The connection dropped (discord.py reconnects on its own)."""
+        self.state = ("reconnecting", "")
+        _tell(self._control.gateway_disconnected)
+
+    def resumed(self) -> None:
+        """The session went on."""
+        self.state = ("connected", "resumed")
+        _tell(self._control.gateway_resumed)
+
+    def failed(self, reason: str) -> None:
+        """The Gateway gave up for good."""
+        self.state = ("failed", reason)
+        _tell(self._control.gateway_failed, reason)
 
 
 class DiscordService:
@@ -140,7 +174,8 @@ class DiscordService:
 
 
 def _tell(method: Any, *args: Any) -> None:
-    """A tell that a stopped control (shutting down) ignores: its work is redone at start."""
+    """A tell that a stopped control (shutting down) ignores: its work is redone at start
+    (terminal intent reapplied, what the Gateway saw caught up)."""
     try:
         method.defer(*args)
     except pykka.ActorDeadError:
