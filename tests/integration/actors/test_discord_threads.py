@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 with warnings.catch_warnings():
-    # discord.py (the `discord` extra, which the `test` extra installs) imports the deprecated
+    # discord.py (the `discord` extra, which `make test` installs) imports the deprecated
     # `audioop`; without it these tests skip.
     warnings.filterwarnings("ignore", message="'audioop' is deprecated",
                             category=DeprecationWarning)
