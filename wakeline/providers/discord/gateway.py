@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 INTENTS = discord.Intents(guilds=True, guild_messages=True, message_content=True)
 RETRY_SECONDS: tuple[float, ...] = (1, 2, 5, 10, 30, 60)
+HEALTHY_SECONDS = 60.0  # a client that lived this long starts the backoff over
 STOP_TIMEOUT_SECONDS = 30.0
 
 
@@ -183,12 +184,16 @@ class Gateway:
         self._stopping = asyncio.Event()
         self._started.set()
         attempt = 0
+        loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
+            began = loop.time()
             reason = await self._connect_once()
             if reason is not None or self._stopping.is_set():
                 if reason is not None:
                     self._sink.failed(reason)
                 return
+            if loop.time() - began > HEALTHY_SECONDS:
+                attempt = 0  # it worked for a while: start the backoff over
             wait = self._retry[min(attempt, len(self._retry) - 1)]
             attempt += 1
             try:
@@ -205,6 +210,9 @@ class Gateway:
         except Exception as exc:  # Discord down, a 5xx: logged, tried again
             log.warning("discord gateway address not found", extra={"error": _name(exc)})
             return None
+        assert self._stopping is not None
+        if self._stopping.is_set():
+            return None  # stopped while the address was being asked for
         client = self._client = _Client(self._sink, self._identify_wait, self._guild_ready_timeout)
         try:
             with pointed_at(self._api_url, url):

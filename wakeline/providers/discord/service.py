@@ -118,13 +118,14 @@ class DiscordService:
         self._gateway.start()
 
     def stop(self) -> None:
-        """Close the Gateway first (no new messages), then the control and its workers."""
+        """Close the Gateway first (no new messages), then the control and its workers;
+        every wait of the REST client ends at once."""
+        self.rest.close()
         if self._gateway is not None:
             try:
                 self._gateway.stop()
             except Exception:
                 log.exception("discord gateway did not stop cleanly")
-        self.rest.close()
         self.control.actor_ref.stop()
 
     # --- hooks -------------------------------------------------------------------------------
