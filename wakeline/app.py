@@ -34,8 +34,11 @@ from wakeline.inbox import Inbox
 from wakeline.journal import JournalFile
 from wakeline.logs import setup_logging
 from wakeline.metrics import Metrics
+from wakeline.models.envelopes import ControlMessage
 from wakeline.models.outbox import EffectKind
+from wakeline.models.states import Outcome
 from wakeline.models.store import Store
+from wakeline.models.views import show_conversation
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.client import LinearClient, RequestBudget
 from wakeline.providers.linear.credentials import (
@@ -417,8 +420,7 @@ def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store
         if any(r.discord_channel_id for r in config.routes):
             log.warning("routes name a Discord channel but no bot token is set: Discord is off")
         return None
-    from wakeline.models.views import show_conversation
-    from wakeline.providers.discord.service import DiscordService
+    from wakeline.providers.discord.service import DiscordService  # only with a token
 
     return DiscordService(
         config, secrets.discord_token.get_secret_value(), secrets.values(), store, clock,
@@ -433,10 +435,8 @@ def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store
 def arrived_in_thread(delivery: Any, result: Any) -> bool:
     """A control-thread message admitted without joining a FIFO (a command, or a message
     of a closed issue): it is still an arrival for the journal."""
-    from wakeline.models.envelopes import ControlMessage
-
-    return isinstance(delivery.envelope, ControlMessage) and result.outcome.value in (
-        "accepted", "ignored")
+    return isinstance(delivery.envelope, ControlMessage) and result.outcome in (
+        Outcome.ACCEPTED, Outcome.IGNORED)
 
 
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
