@@ -28,7 +28,7 @@ from wakeline.providers.discord.rest import DiscordRest
 
 log = logging.getLogger(__name__)
 
-DOCTOR_TIMEOUT_SECONDS = 30.0
+DOCTOR_TIMEOUT_SECONDS = 20.0  # inside the CLI's 30 s wait for the doctor
 
 
 @dataclass(frozen=True)
