@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 BACKOFF_SECONDS: tuple[float, ...] = (1, 2, 5, 10, 30, 60, 120, 300)
 WORKERS = 4
 SWEEP_EVERY_TICKS = 120  # about a minute at the ticker's 0.5 s
+ADMIT_RETRY_SECONDS = 1.0  # a thread whose message could not be admitted is fetched again
 HELD_MAX = 10_000  # live messages held across a reconnect; older ones are left to the catch-up
 ANSWERS = {"response", "error", "elicitation"}
 
@@ -285,8 +286,13 @@ class DiscordControl(pykka.ThreadingActor):
         """Admit what the catch-up fetched and what arrived live meanwhile, in id order,
         each once (receipts make any message seen before a duplicate)."""
         held = self._catching.pop(thread_id, [])
-        merged = {m.message_id: m for m in [*found, *held]}
-        for message in sorted(merged.values(), key=lambda m: m.id_number):
+        merged = sorted({m.message_id: m for m in [*found, *held]}.values(),
+                        key=lambda m: m.id_number)
+        for index, message in enumerate(merged):
+            waiting = self._catching.get(thread_id)
+            if waiting is not None:  # an admission failed: the rest waits for its catch-up
+                waiting.extend(merged[index:])
+                return
             self._receive(message)
 
     def _receive(self, message: ThreadMessage) -> None:
@@ -313,8 +319,14 @@ class DiscordControl(pykka.ThreadingActor):
         try:
             result = self._admit(plan(delivery, to_ms(self._clock.now())))
         except Unavailable:
-            # Not durable: the cursor stays, so the next catch-up brings it again.
+            # Not durable: the thread waits (its cursor stays before this message) for a
+            # catch-up a little later, which brings it and what follows it again.
             log.warning("thread message not admitted", extra={"message_id": message.message_id})
+            if message.thread_id not in self._catching:
+                self._catching[message.thread_id] = []
+                self._enqueue(Job("catch_up", binding.conversation_id, text=message.thread_id,
+                                  after=binding.last_message_id or int(message.thread_id),
+                                  due=self._clock.monotonic() + ADMIT_RETRY_SECONDS))
             return
         bindings.seen(PROVIDER, message.thread_id, message.id_number)
         if result.outcome is Outcome.ACCEPTED and message.command:

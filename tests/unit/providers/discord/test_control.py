@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import wait_until
 from wakeline.clock import SystemClock
 from wakeline.config import DiscordConfig
-from wakeline.errors import DiscordUnavailable
+from wakeline.errors import DiscordUnavailable, Unavailable
 from wakeline.models.admissions import AdmissionResult
 from wakeline.models.bindings import Binding
 from wakeline.models.plans import AdmissionPlan
@@ -70,10 +70,17 @@ def control(store: Store) -> Any:
     store.bindings.bind(Binding("cv_1", "discord", THREAD, "100", "t", False, False), now=1)
     keeper = StubKeeper()
     admitted: list[str] = []
+    refuse: list[str] = []  # message ids whose next admission the store cannot commit
 
     def admit(plan: AdmissionPlan) -> AdmissionResult:
-        admitted.append(plan.delivery.delivery_id.removeprefix("discord:"))
+        message_id = plan.delivery.delivery_id.removeprefix("discord:")
+        if message_id in refuse:
+            refuse.remove(message_id)
+            raise Unavailable()
+        admitted.append(message_id)
         return AdmissionResult(Outcome.ACCEPTED, conversation_id="cv_1", joined="cv_1")
+
+    keeper.refuse = refuse  # type: ignore[attr-defined]
 
     proxy = DiscordControl.start(keeper, store, admit, DiscordConfig(allowed_user_ids=["555"]),
                                  SystemClock(), backoff_seconds=(0.05, 0.05)).proxy()
@@ -182,3 +189,19 @@ def test_jobs_of_a_conversation_run_in_order_and_retry_at_the_head(control: Any)
     wait_until(lambda: actor.tick().get() is None and
                [k for k, _ in keeper.ran if k != "catch_up"] == ["ensure", "ensure", "post"],
                message="the ensure retried before the post")
+
+
+def test_a_message_the_store_could_not_take_is_fetched_again_in_order(control: Any) -> None:
+    actor, keeper, admitted, store = control
+    actor.gateway_ready().get()
+    wait_until(lambda: idle(actor), message="the first catch-up")
+    actor.gateway_message(message(700)).get()
+    keeper.refuse.append("701")
+    actor.gateway_message(message(701)).get()  # the store cannot commit it now
+    actor.gateway_message(message(702)).get()  # waits behind it
+    assert admitted == ["700"] and cursor(store) == 700
+    keeper.pages[THREAD] = [message(701), message(702)]
+    wait_until(lambda: actor.tick().get() is None and admitted == ["700", "701", "702"],
+               message="fetched again a moment later, in order")
+    assert [j.after for j in keeper.jobs if j.kind == "catch_up"][-1] == 700
+    wait_until(lambda: cursor(store) == 702, message="the cursor after both")
