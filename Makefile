@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# `make test` also installs the Matrix extra, so the tests against a real Synapse run;
-# `make run` stays without it.
+# `make test` (and the benchmarks) also install the optional extras the tests exercise
+# (discord.py, matrix-nio); `make run` stays as small as the default install.
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test demo bench fuzz soak clean install
@@ -18,7 +18,7 @@ $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test,matrix]'
+	$(BIN)/python -m pip install --quiet -e '.[test,discord,matrix]'
 	touch $(TEST_STAMP)
 
 install: $(STAMP)
@@ -32,7 +32,7 @@ test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(BIN)/wakeline demo
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/all.py
 
 fuzz: $(STAMP)

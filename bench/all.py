@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/all.py [--quick]      (what `make bench` runs)
 
-Runs `ingest.py`, `turns.py`, `sessions.py`, `progress.py`, `inbox.py` and `journal.py` one after the
+Runs `ingest.py`, `turns.py`, `sessions.py`, `progress.py`, `discord.py`, `inbox.py` and `journal.py` one after the
 other (each starts its own servers on loopback and cleans up), keeps their whole output
 in `bench/last-run/`, and prints the figures that matter. Ratios are wakeline over its
 baseline for rates (higher is better) and for times (lower is better), as the column says.
@@ -87,6 +87,16 @@ def main() -> int:
                  *cpu.groups()))
     rows.append(("progress", f"Linear requests, 1,000 tool calls in {req.group(1)} s (baseline: the "
                  "bound)", req.group(2), req.group(3), req.group(4)))
+
+    text = run("discord.py", *(["--issues", "20"] if quick else []))
+    hook = number(r"\[1\] webhook -> agent start, n=\d+ .*?p99 ([\d.]+) ms", text)
+    message = number(r"\[2\] thread message -> agent start, n=\d+: p50 [\d.]+ ms, p99 ([\d.]+) ms", text)
+    rows.append(("discord", "thread message → agent start p99, ms (baseline: the webhook's, same run)",
+                 f"{message:.1f}", f"{hook:.1f}", f"{message / hook:.2f}"))
+    per = re.search(r"per new issue, on the fake: ([\d.]+) thread creates, ([\d.]+) opening posts", text)
+    assert per is not None, f"see {OUT}"
+    rows.append(("discord", "thread creates / opening posts per new issue (target 1 / 1)",
+                 f"{per.group(1)} / {per.group(2)}", "—", "—"))
 
     text = run("inbox.py")
     worst = max(float(m) for m in re.findall(r"\| (?:forward|after|before)[\w-]* \| [\d.]+ \| ([\d.]+) \|", text))

@@ -34,8 +34,11 @@ from wakeline.inbox import Inbox
 from wakeline.journal import JournalFile
 from wakeline.logs import setup_logging
 from wakeline.metrics import Metrics
+from wakeline.models.envelopes import ControlMessage
 from wakeline.models.outbox import EffectKind
+from wakeline.models.states import Outcome
 from wakeline.models.store import Store
+from wakeline.models.views import show_conversation
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.client import LinearClient, RequestBudget
 from wakeline.providers.linear.credentials import (
@@ -147,6 +150,7 @@ class Service:
     turn_env: TurnEnv
     stopped: bool = False
     matrix: Any = None  # MatrixRoutes, when [matrix.connections.*] exist (decision 0024)
+    discord: Any = None  # DiscordService when a bot token is configured
 
     def start(self) -> None:
         """Start the fork server, recover the FIFO, then the writer, the listeners, the ticker."""
@@ -155,6 +159,8 @@ class Service:
         self.writer.start()
         if self.matrix is not None:
             self.matrix.start()
+        if self.discord is not None:
+            self.discord.start()  # after the writer: thread messages are admitted through it
         self.ingress.start()
         self.operator.start()
         self.ticker.start()
@@ -169,6 +175,8 @@ class Service:
         if self.stopped:
             return
         self.stopped = True
+        if self.discord is not None:
+            self.discord.stop()  # first: no thread message arrives once the writer stops
         self.ingress.stop()
         self.writer.stop()
         if self.matrix is not None:
@@ -201,9 +209,11 @@ def build_service(
     tick_seconds: float = TICK_SECONDS,
     agent_cpus: frozenset[int] | None = None,
     ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS,
+    discord_tuning: Any = None,
 ) -> Service:
     """Wire a service; nothing runs until `start`. `agent_cpus`: the CPUs agents may use
-    when the service's own threads were confined to one (`cpus.pin_to_one_cpu`)."""
+    when the service's own threads were confined to one (`cpus.pin_to_one_cpu`);
+    `discord_tuning`: a `DiscordTuning` with shorter waits (tests)."""
     clock = clock or SystemClock()
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
@@ -324,17 +334,27 @@ def build_service(
             tracker.check_ownership.defer()  # off the ingress path: the tracker asks Linear
         for plan, r in admitted:
             record_admission(plan, r)
+        if discord is not None:
+            discord.admitted(results)  # threads to ensure, close or reopen
 
     def record_admission(plan: Any, result: Any) -> None:
         delivery = plan.delivery
         if result.joined:
             recorder.inbound(delivery, result.joined, plan.received_ms)
+        elif arrived_in_thread(delivery, result):  # a command, or a message of a closed issue
+            recorder.inbound(delivery, delivery.envelope.conversation_id, plan.received_ms)
         key = delivery.envelope.issue.identifier if delivery.envelope and delivery.envelope.issue else None
         for event, detail in result.events:
             recorder.lifecycle(result.conversation_id, event, _LIFECYCLE_TEXT[event].format(detail),
                                source=delivery.delivery_id, issue_key=key)
 
     writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=admitted)
+    discord = discord_service(config, secrets, clock, store, writer, supervisor, recorder,
+                              discord_tuning)
+    if discord is not None:
+        turn_env.on_finished.append(discord.turn_finished)
+        turn_env.on_failed.append(discord.turn_failed)
+        turn_env.on_lifecycle.append(discord.lifecycle)
     webhooks = None
     if secrets.webhook_secret is not None:
         installed_org = credential.tokens.organization_id \
@@ -386,6 +406,9 @@ def build_service(
             echo_memory=echo_memory, journal=journal_file, credential=credential,
             installer=installer, live_turns=turn_env.live, matrix=matrix,
             workflow=workflow if workflow.routes() else None,
+            extra_checks=[check for check in (discord.checks if discord is not None else None,
+                                              matrix.doctor if matrix is not None else None)
+                          if check is not None],
         ),
         host=server.operator_host,
         port=server.operator_port,
@@ -408,11 +431,41 @@ def build_service(
             journal.maintain.defer()
         if matrix is not None and ticks[0] % MATRIX_EVERY_TICKS == 0:
             matrix.tick(sweep=ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0)
+        if discord is not None:
+            discord.tick()
 
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
                    supervisor, tracker, echo_memory, journal, journal_file, ticker, turn_env,
-                   matrix=matrix)
+                   matrix=matrix, discord=discord)
+
+
+def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store,
+                    writer: AdmissionWriter, supervisor: Any, recorder: Recorder,
+                    tuning: Any = None) -> Any:
+    """Discord control threads (`DiscordService`), or None without a bot token (Discord off:
+    nothing of it, discord.py included, is imported)."""
+    if secrets.discord_token is None:
+        if any(r.discord_channel_id for r in config.routes):
+            log.warning("routes name a Discord channel but no bot token is set: Discord is off")
+        return None
+    from wakeline.providers.discord.service import DiscordService  # only with a token
+
+    return DiscordService(
+        config, secrets.discord_token.get_secret_value(), secrets.values(), store, clock,
+        admit=lambda plan: writer.submit(plan, config.server.admission_wait_seconds),
+        operate=lambda cid, op: supervisor.operate(cid, op).get(timeout=15),
+        status=lambda cid: show_conversation(store, cid),
+        journal=lambda cid, event, text, source: recorder.lifecycle(cid, event, text,
+                                                                    source=source),
+        tuning=tuning)
+
+
+def arrived_in_thread(delivery: Any, result: Any) -> bool:
+    """A control-thread message admitted without joining a FIFO (a command, or a message
+    of a closed issue): it is still an arrival for the journal."""
+    return isinstance(delivery.envelope, ControlMessage) and result.outcome in (
+        Outcome.ACCEPTED, Outcome.IGNORED)
 
 
 def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:

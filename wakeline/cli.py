@@ -657,6 +657,12 @@ def _conversation_text(c: dict[str, Any]) -> str:
         if plan.get("lease"):
             line += f", execution lease since {plan['lease']['since']}"
         lines.append(line)
+    if c.get("control"):
+        ctl = c["control"]
+        state = "archived" + (" and locked" if ctl.get("locked") else "") if ctl["archived"] \
+            else "open"
+        lines.append(f"control: {ctl['provider']} thread {ctl['threadId']} \"{ctl['title']}\" "
+                     f"({state})")
     if c.get("turn"):
         t = c["turn"]
         lines.append(f"turn: {t['id']} {t['state']} attempt {t['attempt']}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator,
@@ -189,6 +189,11 @@ class RouteConfig(_Section):
         default_factory=list, description="With planning: the Linear user ids who may approve a "
         "plan; empty: any person (never an app, never wakeline's own account).",
     )
+    discord_channel_id: str = Field(
+        "", pattern=r"^\d{0,25}$",
+        description="Optional Discord text channel id: each issue conversation of the route gets "
+        "one control thread under it (needs a [discord] token).",
+    )
 
 
 MATRIX_ID = r"^@[^:\s]+:\S+$"
@@ -258,6 +263,33 @@ class MatrixConfig(_Section):
         return self
 
 
+_SNOWFLAKE = r"^\d{1,25}$"
+
+
+class DiscordConfig(_Section):
+    """The Discord bot behind control threads; off without a token."""
+
+    token_file: str = Field(
+        "var/secrets/discord-bot-token",
+        description="File holding the Discord bot token; $WAKELINE_DISCORD_TOKEN wins. No token: "
+        "Discord is off.",
+    )
+    api_url: str = Field(
+        "https://discord.com/api/v10",
+        description="Discord's REST base; the Gateway address comes from "
+        "GET {api_url}/gateway/bot.",
+    )
+    guild_id: str = Field(
+        "", pattern=r"^\d{0,25}$",
+        description="When set, only this guild's channels and messages count.",
+    )
+    allowed_user_ids: list[Annotated[str, Field(pattern=_SNOWFLAKE)]] = Field(
+        default_factory=list,
+        description="Discord user ids whose thread messages reach the agent; empty: anyone who "
+        "can post in the parent channel.",
+    )
+
+
 def _default_routes() -> list[RouteConfig]:
     return [RouteConfig(name="default", teams=["ENG"])]
 
@@ -275,6 +307,9 @@ class Config(_Section):
     linear: LinearConfig = Field(default_factory=LinearConfig, description="Linear.")
     inbox: InboxConfig = Field(default_factory=InboxConfig, description="The Linear inbox.")
     agent: AgentConfig = Field(default_factory=AgentConfig, description="The agent.")
+    discord: DiscordConfig = Field(
+        default_factory=DiscordConfig, description="Discord control threads."
+    )
     routes: list[RouteConfig] = Field(
         default_factory=_default_routes, description="Routes; any [[routes]] replaces the default."
     )

@@ -215,3 +215,60 @@ class RouteOff(WakelineError):
     """The Matrix route is switched off (a failed check names why); it reads and sends nothing."""
 
     code = "route_off"
+
+
+# --- Discord control threads ---------------------------------------------------------------
+
+
+class DiscordError(WakelineError):
+    """A Discord REST call failed; the subclasses say how (never with the bot token)."""
+
+    code = "discord_error"
+
+
+class DiscordUnavailable(DiscordError):
+    """No answer, a 5xx, or a timeout: Discord may be down; the call is worth retrying later."""
+
+    code = "discord_unavailable"
+
+
+class DiscordRateLimited(DiscordError):
+    """Discord's rate limit (or a bucket known to be empty) still holds after the bounded wait;
+    nothing more was sent. `retry_after` is when the bucket should have room again."""
+
+    code = "discord_rate_limited"
+
+    def __init__(self, detail: str = "", retry_after: float = 1.0) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
+class DiscordRejected(DiscordError):
+    """Discord refused the request (a 4xx other than a missing thread): retrying will not help.
+    `status` and `discord_code` are Discord's."""
+
+    code = "discord_rejected"
+
+    def __init__(self, detail: str = "", status: int = 400, discord_code: int = 0) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.discord_code = discord_code
+
+
+class DiscordUnauthorized(DiscordRejected):
+    """Discord refused the bot token (401): fix `discord.token_file`, then restart."""
+
+    code = "discord_unauthorized"
+
+
+class ThreadGone(DiscordRejected):
+    """Discord no longer has the channel or thread (404, Unknown Channel, code 10003)."""
+
+    code = "thread_gone"
+
+
+class BindingConflict(WakelineError):
+    """A control binding would take a thread another conversation holds, or the binding to
+    rebind is no longer the one the caller read."""
+
+    code = "binding_conflict"

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from wakeline.journal import Note, excerpt
 from wakeline.models.envelopes import (
-    ActorInfo, AgentSession, DataChange, InboundDelivery, MatrixMessage,
+    ActorInfo, AgentSession, ControlMessage, DataChange, InboundDelivery, MatrixMessage,
 )
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,14 @@ class Recorder:
             actor, text, url = env.creator, env.prompt or env.prompt_context, env.issue and env.issue.url
         elif isinstance(env, DataChange):
             actor, text, url = env.actor, env.comment_body, env.url
+        elif isinstance(env, ControlMessage):
+            # A thread message: the person is not a Linear actor; its id is the message's own.
+            actor, text, url = None, control_text(env), env.url
         else:
             return
         key = env.issue.identifier if env.issue else None
         self._tell(Note(
-            id=f"inbound:linear:{delivery.delivery_id}", kind="inbound", at_ms=received_ms,
+            id=f"inbound:{_source(delivery)}", kind="inbound", at_ms=received_ms,
             sender=self._who(actor), to=conversation_id,
             text=excerpt(text or delivery.headline), issue_keys=(key,) if key else (),
             thread=url if url and url.startswith("https://") else None, stage="accepted"))
@@ -122,7 +125,8 @@ class Recorder:
         for entry in turn.entries:
             env = entry.envelope
             said = env.prompt if isinstance(env, AgentSession) else (
-                env.body if isinstance(env, MatrixMessage) else env.comment_body)
+                env.body if isinstance(env, MatrixMessage) else
+                control_text(env) if isinstance(env, ControlMessage) else env.comment_body)
             lines.append(f"- {entry.headline}" + (f": {excerpt(said, 300)}" if said else ""))
         self._tell(Note(
             id=f"turn_brief:{turn.turn_id}:{turn.attempt}", kind="turn_brief", at_ms=self._now(),
@@ -196,3 +200,19 @@ class Recorder:
         self._tell(Note(id=f"outbound:{effect_id}", kind="outbound", at_ms=self._now(),
                         sender="wakeline", to="linear", text=f"{kind} on {target}: {stage}",
                         thread=conversation_id, stage=stage))
+
+
+def control_text(env: ControlMessage) -> str:
+    """What a thread message says: its text, else the files it attached."""
+    if env.content.strip():
+        return env.content
+    names = ", ".join(a.filename for a in env.attachments)
+    return f"(attachments only: {names})" if names else "(empty message)"
+
+
+def _source(delivery: InboundDelivery) -> str:
+    """The arrival's source id: `linear:<delivery id>`, or the thread message's own
+    `discord:<message id>` (its delivery id)."""
+    if isinstance(delivery.envelope, ControlMessage):
+        return delivery.delivery_id
+    return f"linear:{delivery.delivery_id}"

@@ -49,6 +49,13 @@ timeout_seconds = 3600
 heartbeat_seconds = 1500
 max_concurrent_turns = 4
 
+[discord]
+# Control threads (docs/operations.md): off without a bot token; needs the `discord` extra.
+token_file = "var/secrets/discord-bot-token"   # $WAKELINE_DISCORD_TOKEN wins
+api_url = "https://discord.com/api/v10"
+guild_id = ""                   # set it: only this server's channels and messages count
+allowed_user_ids = []           # Discord user ids who may talk to the agent; empty: anyone there
+
 [[routes]]
 name = "default"
 teams = ["ENG"]                 # Linear team keys this route serves
@@ -60,6 +67,7 @@ done_state_id = ""              # the Done state's id: closing there counts as c
 proposed_state_id = ""
 trust = "private"               # "public": read-only Linear lane for its turns
 reply = "comment"
+discord_channel_id = ""         # a Discord channel id: one control thread per issue under it
 """
 
 

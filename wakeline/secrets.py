@@ -20,6 +20,7 @@ from wakeline.config import Config
 WEBHOOK_SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
 API_KEY_ENV = "WAKELINE_LINEAR_API_KEY"
 CLIENT_SECRET_ENV = "WAKELINE_LINEAR_CLIENT_SECRET"
+DISCORD_TOKEN_ENV = "WAKELINE_DISCORD_TOKEN"
 # Learned secrets (rotating app tokens) scrubbed at once; the oldest go first.
 LEARNED_KEPT = 16
 REDACTED = "[redacted]"
@@ -63,6 +64,7 @@ class Secrets:
     client_secret: SecretStr | None = None
     # Each Matrix connection's access token, by connection name (`[matrix.connections.NAME]`).
     matrix_tokens: dict[str, SecretStr] = field(default_factory=dict, hash=False)
+    discord_token: SecretStr | None = None
     _held: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -70,7 +72,7 @@ class Secrets:
 
     def _fixed(self) -> list[str]:
         found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret,
-                 *self.matrix_tokens.values())
+                 self.discord_token, *self.matrix_tokens.values())
         return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
 
     def values(self) -> list[str]:
@@ -113,6 +115,7 @@ def load_secrets(config: Config, environ: dict[str, str]) -> Secrets:
         client_secret=pick(CLIENT_SECRET_ENV, config.linear.client_secret_file),
         matrix_tokens={name: token for name, conn in config.matrix.connections.items()
                        if (token := read_secret_file(config.path(conn.access_token_file)))},
+        discord_token=pick(DISCORD_TOKEN_ENV, config.discord.token_file),
     )
 
 

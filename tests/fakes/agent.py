@@ -132,6 +132,10 @@ def main() -> int:
         return 0
     if mode in ("matrix-send", "matrix-api"):  # a Matrix route's tools, with the turn's token
         return matrix(mode, arg or "a reply from the agent")
+    if mode == "lines":  # a long answer: ARG numbered lines of 70 characters each
+        for n in range(int(arg or 100)):
+            print(f"{n:05d} " + "x" * 64)
+        return 0
     if mode == "touch":  # leave an untracked file in the workspace, then answer
         with open(arg or "agent-notes.txt", "w", encoding="utf-8") as fh:
             fh.write("work in progress\n")

@@ -9,7 +9,10 @@ user (`bot_id`) and its application, and answers as Discord does:
   (and `/applications/@me`), `GET|PATCH|DELETE /channels/{id}`, `POST /channels/{id}/threads`
   (thread without a message; `type` defaults to 12, a private thread, as on Discord),
   `POST|GET /channels/{id}/messages` (the list is newest first, `after`/`before`/`around`,
-  `limit` 1-100). Errors use Discord's JSON shape (`{"message", "code"}`, 50035 with
+  `limit` 1-100; a post with `enforce_nonce` and a nonce already used by its author in that
+  channel answers the first message instead of posting again), `GET /guilds/{id}` (its
+  roles: `@everyone` and the bot's managed role) and `GET /guilds/{id}/members/{user}`.
+  Errors use Discord's JSON shape (`{"message", "code"}`, 50035 with
   `errors` for an invalid form body, 10003 for an unknown channel). Every answer carries
   `Via: 1.1 google` and per-route `X-RateLimit-*` headers; a bucket past its limit is
   answered 429 as Discord does; `rate_limit_next` scripts a 429.
@@ -37,9 +40,10 @@ attribute `DiscordWebSocket.DEFAULT_GATEWAY` unless discord.py holds an address 
     DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)  # Gateway
     await client.start(token)
 
-Test API (callable from any thread): `post_user_message`, `add_text_channel`, `add_thread`,
-`update_thread`, `delete_channel`, `channel`, `messages`, `requests`, `requests_to`,
-`rate_limit_next`, `fail_next`, `drop_gateway`, `hold_gateway`, `request_reconnect`,
+Test API (callable from any thread): `post_user_message` (with `attachments`),
+`add_text_channel`, `add_thread`, `update_thread`, `delete_channel`, `channel`, `messages`,
+`set_role_permissions`, `set_overwrites`, `requests`, `requests_to`, `rate_limit_next`,
+`fail_next`, `clear_scripts`, `drop_gateway`, `hold_gateway`, `request_reconnect`,
 `identifies`, `resumes`, `gateway_connections`, `session_ids`.
 """
 
@@ -84,6 +88,11 @@ TEXT_CHANNEL, PUBLIC_THREAD, PRIVATE_THREAD = 0, 11, 12
 THREAD_TYPES = (10, PUBLIC_THREAD, PRIVATE_THREAD)
 ARCHIVE_DURATIONS = (60, 1440, 4320, 10080)
 MAX_CONTENT = 2000
+# @everyone's permissions in the fake's guild; the bot's own role adds Manage Threads (34),
+# which a control thread needs to lock, and View/Send/History/Create Public Threads/Send in
+# Threads again (as a bot's invite would ask).
+EVERYONE_PERMISSIONS = 1071698660929
+BOT_ROLE_PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 16) | (1 << 34) | (1 << 35) | (1 << 38)
 # What a caller may wait for a call onto the fake's loop: generous, only a hung loop hits it.
 CALL_TIMEOUT_S = 10.0
 
@@ -237,6 +246,10 @@ class FakeDiscord:
         self.application_id = self._next_id()
         self.guild_id = self._next_id()
         self.owner_id = self._next_id()
+        # The bot's managed role: what a control thread needs on its parent channel.
+        self.bot_role_id = self._next_id()
+        self._role_permissions = {self.guild_id: EVERYONE_PERMISSIONS,
+                                  self.bot_role_id: BOT_ROLE_PERMISSIONS}
         self._users[self.bot_id] = self._user(self.bot_id, "wakeline", bot=True)
         self._users[self.owner_id] = self._user(self.owner_id, "owner")
         self._guild_joined_at = self._iso()
@@ -292,6 +305,8 @@ class FakeDiscord:
         app.router.add_post(api + "/channels/{channel_id}/threads", self._post_thread)
         app.router.add_post(api + "/channels/{channel_id}/messages", self._post_message)
         app.router.add_get(api + "/channels/{channel_id}/messages", self._get_messages)
+        app.router.add_get(api + "/guilds/{guild_id}", self._get_guild)
+        app.router.add_get(api + "/guilds/{guild_id}/members/{user_id}", self._get_member)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -342,10 +357,21 @@ class FakeDiscord:
             user["bot"] = True
         return user
 
-    def _member(self) -> Json:
-        return {"roles": [], "joined_at": self._guild_joined_at, "deaf": False, "mute": False,
-                "flags": 0, "pending": False, "nick": None, "avatar": None,
+    def _member(self, user_id: str | None = None) -> Json:
+        roles = [self.bot_role_id] if user_id == self.bot_id else []
+        return {"roles": roles, "joined_at": self._guild_joined_at, "deaf": False,
+                "mute": False, "flags": 0, "pending": False, "nick": None, "avatar": None,
                 "premium_since": None, "communication_disabled_until": None}
+
+    def _roles(self) -> list[Json]:
+        def role(role_id: str, name: str, position: int, managed: bool) -> Json:
+            return {"id": role_id, "name": name,
+                    "permissions": str(self._role_permissions[role_id]), "position": position,
+                    "color": 0, "hoist": False, "managed": managed, "mentionable": False,
+                    "flags": 0}
+
+        return [role(self.guild_id, "@everyone", 0, False),
+                role(self.bot_role_id, "wakeline", 1, True)]
 
     def _application(self) -> Json:
         # GATEWAY_MESSAGE_CONTENT_LIMITED: the portal switch is on (an app in < 100 guilds).
@@ -360,17 +386,14 @@ class FakeDiscord:
         channels = [c for c in self._channels.values() if c["type"] not in THREAD_TYPES]
         threads = [c for c in self._channels.values()
                    if c["type"] in THREAD_TYPES and not c["thread_metadata"]["archived"]]
-        everyone = {"id": self.guild_id, "name": "@everyone", "permissions": "1071698660929",
-                    "position": 0, "color": 0, "hoist": False, "managed": False,
-                    "mentionable": False, "flags": 0}
         return {"id": self.guild_id, "name": "wakeline test guild", "icon": None,
-                "owner_id": self.owner_id, "roles": [everyone], "emojis": [], "stickers": [],
+                "owner_id": self.owner_id, "roles": self._roles(), "emojis": [], "stickers": [],
                 "features": [], "member_count": 2, "large": False, "unavailable": False,
                 "joined_at": self._guild_joined_at, "verification_level": 0,
                 "default_message_notifications": 0, "explicit_content_filter": 0,
                 "afk_timeout": 300, "mfa_level": 0, "nsfw_level": 0, "premium_tier": 0,
                 "preferred_locale": "en-US", "system_channel_id": None,
-                "members": [{**self._member(), "user": self._users[self.bot_id]}],
+                "members": [{**self._member(self.bot_id), "user": self._users[self.bot_id]}],
                 "channels": copy.deepcopy(channels), "threads": copy.deepcopy(threads),
                 "presences": [], "voice_states": [], "stage_instances": [],
                 "guild_scheduled_events": [], "soundboard_sounds": []}
@@ -465,16 +488,19 @@ class FakeDiscord:
         return copy.deepcopy(channel)
 
     def post_user_message(self, channel_id: str, author_id: str, content: str, *,
-                          username: str | None = None) -> Json:
+                          username: str | None = None,
+                          attachments: list[str] | None = None) -> Json:
         """A person (not a bot) posts `content` in a channel or thread; MESSAGE_CREATE.
 
-        Like Discord, a message in an archived (unlocked) thread unarchives it first.
-        Returns the message as REST shows it.
+        `attachments` are file names, each attached as Discord shows an upload (id, url,
+        size, content type). Like Discord, a message in an archived (unlocked) thread
+        unarchives it first. Returns the message as REST shows it.
         """
-        return self._on_loop(self._post_user_message, channel_id, author_id, content, username)
+        return self._on_loop(self._post_user_message, channel_id, author_id, content, username,
+                             attachments or [])
 
     def _post_user_message(self, channel_id: str, author_id: str, content: str,
-                           username: str | None) -> Json:
+                           username: str | None, attachments: list[str]) -> Json:
         channel = self._channels.get(channel_id)
         if channel is None:
             raise unknown_channel()
@@ -484,7 +510,24 @@ class FakeDiscord:
                 raise DiscordError(400, 50083,
                                    "Operation cannot be performed on an archived thread")
             self._update_thread(channel_id, {"archived": False})
-        return self._add_message(channel, author_id, content)
+        files = [{"id": (file_id := self._next_id()), "filename": name, "size": 1234,
+                  "url": f"https://cdn.discordapp.com/attachments/{channel_id}/{file_id}/{name}",
+                  "proxy_url": f"https://media.discordapp.net/attachments/{channel_id}/"
+                               f"{file_id}/{name}",
+                  "content_type": "text/plain"} for name in attachments]
+        return self._add_message(channel, author_id, content, attachments=files)
+
+    def set_role_permissions(self, role: str, permissions: int) -> None:
+        """Change a role's permissions (`"everyone"` or `"bot"`), as a server admin would."""
+        role_id = self.guild_id if role == "everyone" else self.bot_role_id
+        self._on_loop(self._role_permissions.__setitem__, role_id, permissions)
+
+    def set_overwrites(self, channel_id: str, overwrites: list[Json]) -> None:
+        """A channel's permission overwrites (`{"id", "type", "allow", "deny"}`, as strings)."""
+        def put() -> None:
+            self._channels[channel_id]["permission_overwrites"] = overwrites
+
+        self._on_loop(put)
 
     def channel(self, channel_id: str) -> Json | None:
         """The stored channel or thread, or None once deleted."""
@@ -495,14 +538,16 @@ class FakeDiscord:
         return self._on_loop(lambda: copy.deepcopy(self._messages.get(channel_id, [])))
 
     def _add_message(self, channel: Json, author_id: str, content: str, *, type_: int = 0,
-                     reference: Json | None = None, nonce: Any = None) -> Json:
+                     reference: Json | None = None, nonce: Any = None,
+                     attachments: list[Json] | None = None) -> Json:
         mentions = [self._users[uid] for uid in re.findall(r"<@!?(\d+)>", content)
                     if uid in self._users]
         message: Json = {
             "id": self._next_id(), "type": type_, "channel_id": channel["id"],
             "author": self._users[author_id], "content": content, "timestamp": self._iso(),
             "edited_timestamp": None, "tts": False, "mention_everyone": False,
-            "mentions": mentions, "mention_roles": [], "attachments": [], "embeds": [],
+            "mentions": mentions, "mention_roles": [], "attachments": attachments or [],
+            "embeds": [],
             "components": [], "pinned": False, "flags": 0}
         if reference is not None:
             message["message_reference"] = reference
@@ -513,7 +558,7 @@ class FakeDiscord:
         if channel["type"] in THREAD_TYPES:
             channel["message_count"] += 1
             channel["total_message_sent"] += 1
-        event = {**message, "guild_id": self.guild_id, "member": self._member()}
+        event = {**message, "guild_id": self.guild_id, "member": self._member(author_id)}
         self._dispatch("MESSAGE_CREATE", event, INTENT_GUILD_MESSAGES, self._visible_content)
         return copy.deepcopy(message)
 
@@ -552,6 +597,10 @@ class FakeDiscord:
             headers["X-RateLimit-Global"] = "true"
         self._on_loop(self._scripts.append,
                       _Scripted(method and method.upper(), path, 429, body, headers, times))
+
+    def clear_scripts(self) -> None:
+        """Forget every scripted answer not given yet: Discord answers normally again."""
+        self._on_loop(self._scripts.clear)
 
     def fail_next(self, method: str | None, path: str, status: int, body: Json | None = None,
                   *, times: int = 1) -> None:
@@ -890,6 +939,23 @@ class FakeDiscord:
     async def _get_application(self, request: web.Request) -> web.Response:
         return self._ok(self._application())
 
+    def _guild_or_404(self, request: web.Request) -> None:
+        if request.match_info["guild_id"] != self.guild_id:
+            raise DiscordError(404, 10004, "Unknown Guild")
+
+    async def _get_guild(self, request: web.Request) -> web.Response:
+        self._guild_or_404(request)
+        guild = self._guild()
+        return self._ok({k: guild[k] for k in ("id", "name", "icon", "owner_id", "roles",
+                                               "features", "preferred_locale")})
+
+    async def _get_member(self, request: web.Request) -> web.Response:
+        self._guild_or_404(request)
+        user = self._users.get(request.match_info["user_id"])
+        if user is None:
+            raise DiscordError(404, 10007, "Unknown Member")
+        return self._ok({**self._member(user["id"]), "user": user})
+
     async def _get_channel(self, request: web.Request) -> web.Response:
         return self._ok(self._channel_or_404(request))
 
@@ -952,6 +1018,13 @@ class FakeDiscord:
                                f"Must be {MAX_CONTENT} or fewer in length.")
         if not content.strip():
             raise DiscordError(400, 50006, "Cannot send an empty message")
+        nonce = body.get("nonce")
+        if body.get("enforce_nonce") and nonce is not None:
+            # Discord answers a resend of a nonce its author used in the channel (within a few
+            # minutes) with the first message, and posts nothing.
+            for sent in self._messages[channel["id"]]:
+                if sent.get("nonce") == nonce and sent["author"]["id"] == self.bot_id:
+                    return self._ok(copy.deepcopy(sent))
         if channel["type"] in THREAD_TYPES and channel["thread_metadata"]["archived"]:
             if channel["thread_metadata"]["locked"]:
                 raise DiscordError(400, 50083,

@@ -26,7 +26,7 @@ with warnings.catch_warnings():
     # 3.11 and 3.12; warnings are errors here, so ignore that one warning, at import only.
     warnings.filterwarnings("ignore", message="'audioop' is deprecated",
                             category=DeprecationWarning)
-    # discord.py is an optional extra: without it (the default test install) this module skips.
+    # discord.py is an optional extra (`make test` installs it): without it this module skips.
     pytest.importorskip("discord")
     import discord
     import yarl  # discord.py's (aiohttp's) own dependency

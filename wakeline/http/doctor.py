@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import falcon
 from pydantic import SecretStr
@@ -52,14 +52,16 @@ class Doctor:
     def __init__(self, config: Config, store: Store, secrets: Secrets | None,
                  budget: RequestBudget | None, credential: Credential | None = None,
                  workflow: WorkflowRegistry | None = None,
-                 matrix: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+                 extra_checks: Sequence[Callable[[], list[dict[str, Any]]]] = ()) -> None:
         self._config = config
         self._store = store
         self._secrets = secrets
         self._budget = budget
         self._credential = credential
         self._workflow = workflow
-        self._matrix = matrix  # each Matrix connection and route, checked again now
+        # More checks, each a list of {"name", "ok", "detail", "fix"?}: Discord's (which call
+        # Discord, never Linear).
+        self._extra = extra_checks
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -83,8 +85,8 @@ class Doctor:
         linear, linear_checks = self._linear()
         checks += linear_checks
         checks += self._planning()
-        if self._matrix is not None:
-            checks += self._matrix()
+        for extra in self._extra:
+            checks += extra()
         resp.media = {"ok": all(c["ok"] for c in checks), "checks": checks, "linear": linear}
 
     def _secret_checks(self) -> list[dict[str, Any]]:
@@ -98,6 +100,9 @@ class Doctor:
             _secret("operator_token", s.operator_token if s else None, cfg.operator_token_path,
                     required=True, missing="missing"),
         ]
+        discord = discord_token_check(cfg, s)
+        if discord is not None:
+            checks.append(discord)
         if cfg.linear.client_id:
             checks.append(_secret(
                 "linear_client_secret", s.client_secret if s else None,
@@ -175,9 +180,27 @@ class Doctor:
         return _check("linear_token", auth.ok, detail)
 
 
+def discord_token_check(config: Config, secrets: Secrets | None) -> dict[str, Any] | None:
+    """The Discord bot token (present when a route needs it, mode 0600); None when Discord
+    is not used at all."""
+    from wakeline.providers.discord.doctor import token_check
+
+    token = secrets.discord_token if secrets is not None else None
+    from_env = False
+    if token is not None:
+        try:
+            on_disk = read_secret_file(config.path(config.discord.token_file))
+        except OSError:
+            on_disk = None
+        from_env = on_disk is None or on_disk.get_secret_value() != token.get_secret_value()
+    check = token_check(config, token is not None, from_env)
+    return check.to_json() if check is not None else None
+
+
 def add_routes(app: falcon.App, config: Config, store: Store, secrets: Secrets | None,
                budget: RequestBudget | None, credential: Credential | None = None,
                workflow: WorkflowRegistry | None = None,
-               matrix: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+               extra_checks: Sequence[Callable[[], list[dict[str, Any]]]] = ()) -> None:
     """Mount the doctor."""
-    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget, credential, workflow, matrix))
+    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget, credential, workflow,
+                                        extra_checks))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 import falcon
@@ -172,6 +172,7 @@ def create_operator_app(
     live_turns: Mapping[str, TurnProgress] | None = None,
     workflow: WorkflowRegistry | None = None,
     matrix: MatrixRoutes | None = None,
+    extra_checks: Sequence[Callable[[], list[dict[str, Any]]]] = (),
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
@@ -187,8 +188,7 @@ def create_operator_app(
     install.add_routes(app, installer)
     progress.add_routes(app, live_turns)
     effects.add_routes(app, store, echo_memory)
-    doctor.add_routes(app, config, store, secrets, budget, credential, workflow,
-                      matrix.doctor if matrix is not None else None)
+    doctor.add_routes(app, config, store, secrets, budget, credential, workflow, extra_checks)
     journal_routes.add_routes(app, journal)
     matrix_routes.add_routes(app, matrix)
     return app

@@ -121,16 +121,51 @@ class MatrixMessage(_Frozen):
     encrypted: bool = False
 
 
-Envelope = Annotated[DataChange | AgentSession | MatrixMessage, Field(discriminator="kind")]
+
+class Attachment(_Frozen):
+    """A file attached to a control message: what it is and where it lives, never its bytes."""
+
+    filename: str
+    url: str | None = None
+    size: int | None = None
+    content_type: str | None = None
+
+
+class ControlMessage(_Frozen):
+    """A person's message in a conversation's control thread (Discord).
+
+    The thread's binding named the conversation before admission, so the message
+    carries it; `command` is `stop`, `reset` or `status` when the message is only
+    that command, acted on instead of starting a turn.
+    """
+
+    kind: Literal["control_message"] = "control_message"
+    provider: str
+    conversation_id: str
+    thread_id: str
+    message_id: str
+    author_id: str
+    author_name: str | None = None
+    content: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    command: str | None = None
+    created_at: str | None = None
+    url: str | None = None
+    issue: IssueInfo | None = None
+
+
+
+Envelope = Annotated[DataChange | AgentSession | MatrixMessage | ControlMessage,
+                     Field(discriminator="kind")]
 _ENVELOPE = TypeAdapter(Envelope)
 
 
-def parse_envelope(text: str | bytes) -> DataChange | AgentSession | MatrixMessage:
+def parse_envelope(text: str | bytes) -> DataChange | AgentSession | MatrixMessage | ControlMessage:
     """Read back an envelope stored as JSON."""
     return _ENVELOPE.validate_json(text)
 
 
-def dump_envelope(envelope: DataChange | AgentSession | MatrixMessage) -> str:
+def dump_envelope(envelope: DataChange | AgentSession | MatrixMessage | ControlMessage) -> str:
     """The JSON form stored in the FIFO."""
     return envelope.model_dump_json(exclude_defaults=False)
 
@@ -169,7 +204,7 @@ class InboundDelivery:
     event_type: str
     action: str
     webhook_ms: int
-    envelope: DataChange | AgentSession | None
+    envelope: DataChange | AgentSession | ControlMessage | None
     subject: Subject | None
     headline: str
     inbox_event: JsonObject | None

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from peewee import Case, SqliteDatabase, fn
 
-from wakeline.models.envelopes import AgentSession, DataChange, MatrixMessage, parse_envelope
+from wakeline.models.envelopes import (AgentSession, ControlMessage, DataChange, MatrixMessage,
+                                       parse_envelope)
 from wakeline.models.outbox import EffectSpec, Outbox, SessionReply
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, Ownership, TurnResultKind, TurnState
@@ -40,7 +41,7 @@ class FifoEntry:
     seq: int
     headline: str
     received_at: int
-    envelope: DataChange | AgentSession | MatrixMessage
+    envelope: DataChange | AgentSession | MatrixMessage | ControlMessage
 
 
 @dataclass(frozen=True)

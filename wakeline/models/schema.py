@@ -313,4 +313,26 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Control bindings (wakeline/models/bindings.py): a conversation's human-facing thread (one
+    # per conversation; a thread belongs to at most one), its parent channel, the title it was
+    # given, its mirrored archived/locked state and the last message seen there (the catch-up
+    # cursor). Terminal intent stays on the conversation, never here.
+    [
+        """CREATE TABLE control_bindings (
+            conversation_id TEXT PRIMARY KEY REFERENCES conversations (id),
+            provider TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            parent_id TEXT NOT NULL,
+            title TEXT NOT NULL,
+            archived INTEGER NOT NULL DEFAULT 0,
+            locked INTEGER NOT NULL DEFAULT 0,
+            last_message_id INTEGER,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            UNIQUE (provider, thread_id)
+        )""",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

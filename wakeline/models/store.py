@@ -20,6 +20,7 @@ from wakeline.clock import Clock
 from wakeline.errors import Unavailable
 from wakeline.models.admissions import FOLLOWING_KEY, AdmissionResult, Admissions
 from wakeline.models.approvals import Approvals
+from wakeline.models.bindings import Bindings
 from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
 from wakeline.models.echoes import Echoes
@@ -68,6 +69,7 @@ class Store:
         self.conversations = ConversationRecords(db, self.t, self.fifo)
         self.echoes = Echoes(db, self.t, self.following)
         self.gates = PlanGates(db, self.t)
+        self.bindings = Bindings(db)  # control threads (Discord): wakeline/models/bindings.py
         self._following_default = following_default
         self._admissions = Admissions(db, self.fifo, self.outbox, following_default, self.gates)
         # Matrix routes (decision 0024): pages with their cursor, and approvals of sends.

@@ -171,4 +171,7 @@ def _show_conversation(store: Store, conversation_id: str) -> dict[str, Any] | N
     ]
     view["lastTurn"] = view["turns"][0] if view["turns"] else None
     view["plan"] = _plan(store.gates.get(conversation_id), running=view["state"] == "running")
+    binding = store.bindings.of(conversation_id)
+    # The human-facing thread (CONTRACT section 8): null while the conversation has none.
+    view["control"] = binding.to_json() if binding is not None else None
     return view

@@ -20,15 +20,28 @@ from wakeline.config import Config
 from wakeline.secrets import Secrets
 
 AGENT = Path(__file__).resolve().parents[2] / "fakes" / "agent.py"
+DISCORD_TOKEN = "test-discord-bot-token-5u9QxW2eLr"
+
+
+def discord_tuning() -> Any:
+    """Short waits against the fake Discord (discord.py's own 5 s before a new IDENTIFY,
+    its 2 s wait for guilds, the retries' backoff)."""
+    from wakeline.providers.discord.service import DiscordTuning
+
+    return DiscordTuning(backoff_seconds=(0.2, 0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5),
+                         gateway_retry_seconds=(0.2, 0.3, 0.5), identify_wait_seconds=0,
+                         guild_ready_timeout=0.1, rest_max_wait_seconds=5.0)
 
 
 class Harness:
     """A running service plus helpers to feed it and read what its agent did."""
 
-    def __init__(self, service: Service, log: Path, linear: FakeLinear) -> None:
+    def __init__(self, service: Service, log: Path, linear: FakeLinear,
+                 discord: Any = None) -> None:
         self.service = service
         self.log = log
         self.linear = linear
+        self.discord = discord  # the FakeDiscord, when the service has a bot token
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {OPERATOR_TOKEN}"
 
@@ -61,23 +74,37 @@ class Harness:
 def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
             ) -> Iterator[Callable[..., Harness]]:
     """Start a service whose agent runs `agent.py MODE ARG` (or `script`); agent keywords
-    override [agent]."""
+    override [agent]. `discord=True` (or a FakeDiscord) gives it a bot token, a fake Discord
+    and, unless `routes` are given, both default routes a parent channel there."""
     started: list[Service] = []
 
     def start(mode: str = "ok", arg: str = "", *, linear: FakeLinear | None = None,
               routes: list[dict[str, Any]] | None = None, credential: bool = True,
               linear_config: dict[str, Any] | None = None, client_secret: str | None = None,
               script: Path = AGENT, command: list[str] | None = None,
-              env: dict[str, str] | None = None, **agent: Any) -> Harness:
+              env: dict[str, str] | None = None, discord: Any = None,
+              discord_config: dict[str, Any] | None = None, **agent: Any) -> Harness:
         argv = command or [sys.executable, str(script), mode] + ([arg] if arg else [])
         fake = linear or FakeLinear()
         fakes.append(fake.start())
+        if discord is True:
+            from tests.fakes.discord import FakeDiscord  # aiohttp: the discord extra's
+
+            discord = FakeDiscord(token=DISCORD_TOKEN)
+        if discord is not None and discord not in discord_fakes:
+            # Ours to stop, and only after the services: their Gateway clients close first.
+            discord_fakes.append(discord if discord._loop is not None else discord.start())
+        channel = {"discord_channel_id": discord.channel_id} if discord is not None else {}
+        extra: dict[str, Any] = {}
+        if discord is not None:
+            extra["discord"] = {"api_url": discord.api_url, **(discord_config or {})}
         config = make_config(
             state_dir=f"state{len(started)}",
             agent={"command": argv, **agent},
             linear={"api_url": fake.url, **(linear_config or {})},
-            routes=routes or [{"name": "eng", "teams": ["ENG"]},
-                              {"name": "ops", "teams": ["OPS"], "mode": "issue"}],
+            routes=routes or [{"name": "eng", "teams": ["ENG"], **channel},
+                              {"name": "ops", "teams": ["OPS"], "mode": "issue", **channel}],
+            **extra,
         )
         log = tmp_path / f"agent-runs{len(started)}.jsonl"
         base = {"PATH": "/usr/bin:/bin", "FAKE_AGENT_LOG": str(log),
@@ -85,18 +112,22 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         keys = secrets if credential else replace(secrets, linear_api_key=None)
         if client_secret is not None:
             keys = replace(keys, client_secret=SecretStr(client_secret))
+        tuning = None
+        if discord is not None:
+            keys = replace(keys, discord_token=SecretStr(DISCORD_TOKEN))
+            tuning = discord_tuning()
         service = build_service(config, keys, base_env=base, tick_seconds=0.05,
-                                ownership_backoff_seconds=(0.2,))
+                                ownership_backoff_seconds=(0.2,), discord_tuning=tuning)
         service.turn_env.kill_grace_seconds = 0.5
         service.start()
         started.append(service)
-        harness = Harness(service, log, fake)
+        harness = Harness(service, log, fake, discord)
 
         def restart() -> None:
             """Stop this service and start another on the same state, as after a crash."""
             harness.service.stop()
             again = build_service(config, keys, base_env=base, tick_seconds=0.05,
-                                  ownership_backoff_seconds=(0.2,))
+                                  ownership_backoff_seconds=(0.2,), discord_tuning=tuning)
             again.turn_env.kill_grace_seconds = 0.5
             again.start()
             started.append(again)
@@ -106,8 +137,11 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
         return harness
 
     fakes: list[FakeLinear] = []
+    discord_fakes: list[Any] = []
     yield start
     for service in started:
         service.stop()
     for fake in fakes:
         fake.stop()
+    for discord_fake in discord_fakes:  # after the services: their Gateways closed first
+        discord_fake.stop()

@@ -1,0 +1,183 @@
+"""Discord's parts of one service, as the composition root builds, hooks and runs them.
+
+`app.build_service` makes a `DiscordService` only when a bot token is configured (this
+module is imported only then); it starts the DiscordControl actor at once (it reapplies
+terminal intent to the bindings before anything else) and the Gateway thread in
+`start`, after the admission writer is up. The hooks turn what the rest of wakeline
+tells its listeners into tells to the actor; none of them waits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import pykka
+
+from wakeline.clock import Clock
+from wakeline.config import Config
+from wakeline.models.admissions import AdmissionResult
+from wakeline.models.plans import AdmissionPlan
+from wakeline.models.store import Store
+from wakeline.providers.discord.control import BACKOFF_SECONDS, DiscordControl
+from wakeline.providers.discord.doctor import channel_checks, gateway_check
+from wakeline.providers.discord.keeper import Keeper
+from wakeline.providers.discord.messages import ThreadMessage
+from wakeline.providers.discord.rest import DiscordRest
+
+log = logging.getLogger(__name__)
+
+DOCTOR_TIMEOUT_SECONDS = 20.0  # inside the CLI's 30 s wait for the doctor
+
+
+@dataclass(frozen=True)
+class DiscordTuning:
+    """Waits a test shortens; the defaults are what production uses.
+
+    `identify_wait_seconds` None keeps discord.py's own 5 s before a new IDENTIFY;
+    `guild_ready_timeout` is how long discord.py waits for guilds before `on_ready`.
+    """
+
+    backoff_seconds: Sequence[float] = BACKOFF_SECONDS
+    gateway_retry_seconds: Sequence[float] = (1, 2, 5, 10, 30, 60)
+    identify_wait_seconds: float | None = None
+    guild_ready_timeout: float = 2.0
+    rest_max_wait_seconds: float = 15.0
+
+
+class GatewaySink:
+    """What the Gateway thread tells the control: each call a tell, never a wait."""
+
+    def __init__(self, control: Any) -> None:
+        self._control = control
+        # (state, detail) for the doctor: connecting, connected, reconnecting or failed.
+        self.state: tuple[str, str] = ("connecting", "")
+
+    def message(self, message: ThreadMessage) -> None:
+        """A message in a channel of the guild."""
+        _tell(self._control.gateway_message, message)
+
+    def ready(self) -> None:
+        """A new session."""
+        self.state = ("connected", "")
+        _tell(self._control.gateway_ready)
+
+    def disconnected(self) -> None:
+        """The connection dropped (discord.py reconnects on its own)."""
+        self.state = ("reconnecting", "")
+        _tell(self._control.gateway_disconnected)
+
+    def resumed(self) -> None:
+        """The session went on."""
+        self.state = ("connected", "resumed")
+        _tell(self._control.gateway_resumed)
+
+    def failed(self, reason: str) -> None:
+        """The Gateway gave up for good."""
+        self.state = ("failed", reason)
+        _tell(self._control.gateway_failed, reason)
+
+
+class DiscordService:
+    """The control actor, its REST client and its Gateway thread.
+
+    Args:
+        admit: commits a plan through the admission writer (blocks until durable).
+        operate: an operator command (stop, reset) on a conversation, as the API runs it.
+        status: a conversation's operator view.
+        journal: records a thread's lifecycle (conversation, event, text, source id).
+    """
+
+    def __init__(self, config: Config, token: str, secret_values: list[str], store: Store,
+                 clock: Clock, *, admit: Callable[[AdmissionPlan], AdmissionResult],
+                 operate: Callable[[str, str], dict[str, Any]],
+                 status: Callable[[str], dict[str, Any] | None],
+                 journal: Callable[[str, str, str, str], None],
+                 tuning: DiscordTuning | None = None) -> None:
+        self._config = config
+        self._token = token
+        self._tuning = tuning or DiscordTuning()
+        self.rest = DiscordRest(config.discord.api_url, token, secret_values,
+                                max_wait_seconds=self._tuning.rest_max_wait_seconds)
+        keeper = Keeper(self.rest, store.bindings, config, clock, secret_values,
+                        operate=operate, status=status, journal=journal)
+        self.control = DiscordControl.start(keeper, store, admit, config.discord, clock,
+                                            backoff_seconds=self._tuning.backoff_seconds).proxy()
+        self.sink = GatewaySink(self.control)
+        self._gateway: Any = None
+
+    def start(self) -> None:
+        """Start the Gateway thread; it connects on its own, retrying while Discord is away."""
+        from wakeline.providers.discord.gateway import Gateway  # discord.py: only with a token
+
+        self._gateway = Gateway(self._token, self._config.discord.api_url, self.rest.gateway_url,
+                                self.sink, retry_seconds=self._tuning.gateway_retry_seconds,
+                                identify_wait_seconds=self._tuning.identify_wait_seconds,
+                                guild_ready_timeout=self._tuning.guild_ready_timeout)
+        self._gateway.start()
+
+    def stop(self) -> None:
+        """Close the Gateway first (no new messages), then the control and its workers;
+        every wait of the REST client ends at once."""
+        self.rest.close()
+        if self._gateway is not None:
+            try:
+                self._gateway.stop()
+            except Exception:
+                log.exception("discord gateway did not stop cleanly")
+        self.control.actor_ref.stop()
+
+    # --- hooks -------------------------------------------------------------------------------
+
+    def admitted(self, results: Sequence[AdmissionResult]) -> None:
+        """Conversations an admission group joined or changed (on the writer thread)."""
+        changes = [(r.conversation_id, r.joined == r.conversation_id, r.events)
+                   for r in results if r.conversation_id and (r.joined or r.events)]
+        if changes:
+            _tell(self.control.admitted, changes)
+
+    def turn_finished(self, finished: Any) -> None:
+        """A finalised turn (`FinishedTurn`)."""
+        turn = finished.turn
+        _tell(self.control.turn_finished, turn.conversation_id, turn.route,
+              finished.result.value, finished.output)
+
+    def turn_failed(self, turn: Any, error: str, stalled: bool) -> None:
+        """A failed attempt; only a stall is said in the thread."""
+        if stalled:
+            _tell(self.control.turn_stalled, turn.conversation_id, turn.route, turn.attempt,
+                  error)
+
+    def lifecycle(self, conversation_id: str, event: str, text: str) -> None:
+        """The supervisor's reset and abandon."""
+        _tell(self.control.lifecycle, conversation_id, event)
+
+    def tick(self) -> None:
+        """The ticker's beat: due retries, and now and then the terminal sweep."""
+        _tell(self.control.tick)
+
+    def checks(self) -> list[dict[str, Any]]:
+        """The doctor's Discord items (asks Discord, through the control's workers)."""
+        items = [gateway_check(self.sink.state)]
+        try:
+            waiting = self.control.backlog().get(timeout=5)
+            items[0] = gateway_check(self.sink.state, waiting)
+            future = self.control.diagnose(lambda: channel_checks(self._config, self.rest)) \
+                .get(timeout=5)
+            items += future.result(timeout=DOCTOR_TIMEOUT_SECONDS)
+        except Exception as exc:
+            log.warning("discord checks did not finish", extra={"error": exc.__class__.__name__})
+            return [c.to_json() for c in items] + [
+                {"name": "discord_api", "ok": False, "detail": "the checks did not finish",
+                 "fix": "try again; see the log"}]
+        return [c.to_json() for c in items]
+
+
+def _tell(method: Any, *args: Any) -> None:
+    """A tell that a stopped control (shutting down) ignores: its work is redone at start
+    (terminal intent reapplied, what the Gateway saw caught up)."""
+    try:
+        method.defer(*args)
+    except pykka.ActorDeadError:
+        pass
