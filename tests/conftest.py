@@ -34,6 +34,9 @@ LINEAR_KEY = "lin_api_TESTKEY0123456789abcdefghijkl"
 ORG = "org-test"
 FROZEN_AT = "2026-11-29T12:00:00Z"
 
+# The session's throwaway PostgreSQL cluster (`postgres`, `postgres_url`), started on first use.
+pytest_plugins = ["tests.support.postgres"]
+
 
 @pytest.fixture(autouse=True)
 def _stop_actors() -> Iterator[None]:
