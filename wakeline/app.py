@@ -47,6 +47,7 @@ from wakeline.providers.linear.progress import ProgressBoard
 from wakeline.providers.linear.token_file import TokenFile
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
+from wakeline.scheduling import store_target
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
 from wakeline.ticker import Ticker
 from wakeline.tokens import TokenRegistry
@@ -175,7 +176,7 @@ class Service:
         self.turn_env.forkserver.stop()  # after the slots: their agents had their grace period
         if self.turn_env.runners is not None:
             self.turn_env.runners.shutdown(wait=False, cancel_futures=True)
-        self.store.close()
+        self.store.dispose()
         log.info("wakeline stopped")
 
 
@@ -194,7 +195,7 @@ def build_service(
     clock = clock or SystemClock()
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
-    store = Store.open(config.database_path, clock, config.inbox.following)
+    store = Store.open(store_target(config, secrets), clock, config.inbox.following)
 
     def depths() -> dict[str, int]:
         counts = store.counts()

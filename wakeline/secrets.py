@@ -12,6 +12,7 @@ import secrets as _random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
 
@@ -20,6 +21,7 @@ from wakeline.config import Config
 WEBHOOK_SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
 API_KEY_ENV = "WAKELINE_LINEAR_API_KEY"
 CLIENT_SECRET_ENV = "WAKELINE_LINEAR_CLIENT_SECRET"
+DATABASE_URL_ENV = "WAKELINE_DATABASE_URL"
 # Learned secrets (rotating app tokens) scrubbed at once; the oldest go first.
 LEARNED_KEPT = 16
 REDACTED = "[redacted]"
@@ -60,6 +62,8 @@ class Secrets:
     linear_api_key: SecretStr | None
     operator_token: SecretStr | None
     client_secret: SecretStr | None = None
+    # The PostgreSQL URL (`scale.database_url`, or the environment's, which wins): its password.
+    database_url: SecretStr | None = None
     _held: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,7 +71,11 @@ class Secrets:
 
     def _fixed(self) -> list[str]:
         found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret)
-        return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
+        values = [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
+        password = database_password(self.database_url)
+        if password:
+            values.append(password)
+        return values
 
     def values(self) -> list[str]:
         """The raw secret strings, for scrubbing text that leaves the process (a live list)."""
@@ -107,7 +115,22 @@ def load_secrets(config: Config, environ: dict[str, str]) -> Secrets:
         linear_api_key=pick(API_KEY_ENV, config.linear.api_key_file),
         operator_token=read_secret_file(config.operator_token_path),
         client_secret=pick(CLIENT_SECRET_ENV, config.linear.client_secret_file),
+        database_url=SecretStr(environ[DATABASE_URL_ENV].strip())
+        if environ.get(DATABASE_URL_ENV, "").strip()
+        else (SecretStr(config.scale.database_url) if config.scale.database_url else None),
     )
+
+
+def database_password(url: SecretStr | str | None) -> str | None:
+    """The password a database URL carries, if any (scrubbed like every other secret)."""
+    if url is None:
+        return None
+    text = url.get_secret_value() if isinstance(url, SecretStr) else url
+    try:
+        password = urlsplit(text).password
+    except ValueError:
+        return None
+    return unquote(password) if password else None
 
 
 def new_token(nbytes: int = 32) -> str:
