@@ -107,7 +107,8 @@ def host_main(args: argparse.Namespace) -> None:
     scheduler = DbosScheduler(
         DbosSettings(database_url=args.url, host_id=args.host_id,
                      worker_concurrency=args.worker_concurrency,
-                     host_timeout_seconds=args.host_timeout, heartbeat_seconds=args.heartbeat),
+                     host_timeout_seconds=args.host_timeout, heartbeat_seconds=args.heartbeat,
+                     turns_per_job=args.turns_per_job),
         run_turn, begin_wake, running=lambda: running[0])
     scheduler.start()
     print("READY", flush=True)
@@ -126,7 +127,7 @@ def host_main(args: argparse.Namespace) -> None:
     store.close()
     print("ADMITTED", flush=True)
     sys.stdin.readline()  # STOP
-    scheduler.stop()
+    scheduler.stop(grace_seconds=10)
     print("RECOVERIES " + json.dumps(scheduler.recoveries), flush=True)
     store.dispose()
 
@@ -138,7 +139,7 @@ def spawn(url: str, host_id: str, args: argparse.Namespace) -> subprocess.Popen[
     argv = [sys.executable, __file__, "host", "--url", url, "--host-id", host_id,
             "--worker-concurrency", str(args.worker_concurrency),
             "--agent-seconds", str(args.agent_seconds), "--host-timeout", str(args.host_timeout),
-            "--heartbeat", str(args.heartbeat)]
+            "--heartbeat", str(args.heartbeat), "--turns-per-job", str(args.turns_per_job)]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return proc
@@ -261,6 +262,7 @@ def analyse(runs: list[Any], states: dict[str, int], results: Any, total: int, t
     out = {
         "hosts": hosts, "conversations": args.conversations, "deliveries": total,
         "worker_concurrency": args.worker_concurrency, "agent_seconds": args.agent_seconds,
+        "turns_per_job": args.turns_per_job,
         "turn_runs": len(runs), "turns_finalised": len(finalised),
         "seconds": round(span, 2), "turns_per_second": round(len(finalised) / span, 2) if ended else 0,
         "ideal_turns_per_second": round(min(hosts * args.worker_concurrency, args.conversations)
@@ -296,6 +298,7 @@ def main() -> None:
         p.add_argument("--agent-seconds", type=float, default=0.25)
         p.add_argument("--host-timeout", type=float, default=5.0)
         p.add_argument("--heartbeat", type=float, default=1.0)
+        p.add_argument("--turns-per-job", type=int, default=1)
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--conversations", type=int, default=24)
     parser.add_argument("--deliveries", type=int, default=5, help="per conversation")

@@ -58,9 +58,11 @@ QUEUE_NAME = "wakeline-turns"
 APP_NAME = "wakeline"
 # How often a queue worker looks for runnable workflows: the latency a woken turn waits at most.
 POLL_SECONDS = 0.05
-# A wake job gives up its partition after this many turns in a row, so a busy conversation
-# leaves room (in its queue order) for a job enqueued behind it.
-MAX_TURNS_PER_JOB = 100
+# A wake job runs at most this many turns, then hands its conversation to a fresh job at the
+# back of its partition (when work is left) and frees its worker slot. One turn a job bounds
+# how long a recovered or newly woken conversation waits for a slot to one turn; more turns a
+# job save DBOS's enqueue and dequeue per turn (see bench/dbos_hosts.py, --turns-per-job).
+TURNS_PER_JOB = 1
 
 _HOSTS_DDL = (
     "CREATE TABLE IF NOT EXISTS wakeline_hosts (id TEXT PRIMARY KEY, started_at BIGINT NOT NULL,"
@@ -99,11 +101,20 @@ def _register_workflow() -> Any:
         return _bound["run_turn"](conversation_id)
 
     @DBOS.workflow(name="wakeline.wake")
-    def wake(conversation_id: str) -> int:
+    def wake(conversation_id: str, limit: int = TURNS_PER_JOB, link: int = 0) -> int:
         begin(conversation_id)  # clears the waiting-turn flag: a wake after this enqueues anew
         turns = 0
-        while turns < MAX_TURNS_PER_JOB and turn(conversation_id):
+        while turns < limit and turn(conversation_id):
             turns += 1
+        if turns >= limit:
+            # Maybe more work: the next job (a recorded child: the same on a replay) queues
+            # behind whatever was enqueued for this conversation meanwhile.
+            from dbos import SetEnqueueOptions, SetWorkflowID
+
+            base = str(DBOS.workflow_id).rsplit("#", 1)[0]
+            with SetWorkflowID(f"{base}#{link + 1}"), \
+                    SetEnqueueOptions(queue_partition_key=conversation_id):
+                DBOS.retrieve_queue(QUEUE_NAME).enqueue(wake, conversation_id, limit, link + 1)
         return turns
 
     _registered["wake"] = wake
@@ -123,6 +134,7 @@ class DbosSettings:
     heartbeat_seconds: float | None = None  # default: a fifth of the timeout
     application_version: str = APPLICATION_VERSION
     poll_seconds: float = POLL_SECONDS
+    turns_per_job: int = TURNS_PER_JOB
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -226,7 +238,7 @@ class DbosScheduler:
         for cid in conversation_ids:
             with SetWorkflowID(f"wake:{cid}:{generation}"), \
                     SetEnqueueOptions(queue_partition_key=cid):
-                self._queue.enqueue(self._wake_workflow, cid)
+                self._queue.enqueue(self._wake_workflow, cid, self.settings.turns_per_job, 0)
 
     def hosts(self) -> list[HostView]:
         with self._connect() as conn:
