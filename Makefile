@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test demo bench fuzz soak clean install
+.PHONY: run test test-postgres demo bench fuzz soak clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The store-level suites again with the store on PostgreSQL (a throwaway cluster the tests
+# start; engine "dbos"). The system tests stay on SQLite (docs/decisions/0022).
+PG_TESTS ?= tests/unit tests/integration
+test-postgres: $(STAMP)
+	WAKELINE_TEST_DATABASE=postgres $(BIN)/python -m pytest $(PG_TESTS)
 
 demo: $(STAMP)
 	$(BIN)/wakeline demo
