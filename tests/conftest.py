@@ -71,6 +71,11 @@ def on_postgres() -> bool:
     return os.environ.get(TEST_DATABASE_ENV, "sqlite").lower() in ("postgres", "postgresql")
 
 
+# For a test that reaches into the SQLite file itself (fault injection, a crash simulated by
+# writing the file): it has no PostgreSQL form, so it skips on PostgreSQL, saying why.
+sqlite_only = pytest.mark.skipif(on_postgres(), reason="writes the SQLite file directly")
+
+
 @pytest.fixture
 def database_url(request: pytest.FixtureRequest) -> str | None:
     """A fresh PostgreSQL database's URL when the session runs on PostgreSQL, else None."""
@@ -78,8 +83,12 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 
 
 @pytest.fixture
-def make_config(tmp_path: Path, database_url: str | None) -> Callable[..., Config]:
-    """Build a Config rooted in tmp_path, with free ports; keyword sections override."""
+def make_config(tmp_path: Path, database_url: str | None,
+                request: pytest.FixtureRequest) -> Callable[..., Config]:
+    """Build a Config rooted in tmp_path, with free ports; keyword sections override.
+
+    On PostgreSQL each state dir gets its own database, as each gets its own SQLite file."""
+    databases: dict[str, str] = {}
 
     def make(**overrides: Any) -> Config:
         raw: dict[str, Any] = {
@@ -90,7 +99,11 @@ def make_config(tmp_path: Path, database_url: str | None) -> Callable[..., Confi
             "linear": {"api_url": "http://127.0.0.1:9/graphql"},
         }
         if database_url is not None:
-            raw["scale"] = {"engine": "dbos", "database_url": database_url}
+            state = str(overrides.get("state_dir", raw["state_dir"]))
+            if state not in databases:
+                databases[state] = database_url if not databases else \
+                    request.getfixturevalue("postgres").create_database()
+            raw["scale"] = {"engine": "dbos", "database_url": databases[state]}
         for key, value in overrides.items():
             if isinstance(value, dict) and isinstance(raw.get(key), dict):
                 raw[key] = {**raw[key], **value}

@@ -176,6 +176,8 @@ class Service:
         self.turn_env.forkserver.stop()  # after the slots: their agents had their grace period
         if self.turn_env.runners is not None:
             self.turn_env.runners.shutdown(wait=False, cancel_futures=True)
+        # Every pooled connection closes (on PostgreSQL each holds a server session); a runner
+        # still finishing after its grace fails its last write, and recovery re-runs its turn.
         self.store.dispose()
         log.info("wakeline stopped")
 
@@ -195,6 +197,8 @@ def build_service(
     clock = clock or SystemClock()
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
+    # The state dir holds secrets and the journal whichever backend holds the store.
+    config.state_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     store = Store.open(store_target(config, secrets), clock, config.inbox.following)
 
     def depths() -> dict[str, int]:

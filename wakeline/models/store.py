@@ -114,8 +114,14 @@ class Store:
                 self.dialect.restore_durability(self.db)
             self.db.close()
 
+    def release_idle(self) -> None:
+        """Hand this thread's connection back and close every idle pooled one (a stopping
+        service: a thread still finishing keeps its own)."""
+        self.close()
+        self.db.close_idle()
+
     def dispose(self) -> None:
-        """Close every pooled connection (the service is stopping; other threads are done)."""
+        """Close every pooled connection, in use or not: only once no thread uses the store."""
         self.close()
         self.db.close_all()
 
