@@ -210,6 +210,7 @@ def open_postgres(url: str, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS,
         busy_timeout=busy_timeout,
         connect_timeout=10,
         application_name="wakeline",
+        prefer_psycopg3=True,  # DBOS needs psycopg 3; peewee would pick psycopg2 when present
     )
     db.connect(reuse_if_open=True)
     migrate(db)
