@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # The store-level suites again with the store on PostgreSQL (a throwaway cluster the tests
-# start; engine "dbos"). The system tests stay on SQLite (docs/decisions/0022).
+# start; engine "dbos"). `make test-postgres PG_TESTS=tests` runs everything there.
 PG_TESTS ?= tests/unit tests/integration
 test-postgres: $(STAMP)
 	WAKELINE_TEST_DATABASE=postgres $(BIN)/python -m pytest $(PG_TESTS)

@@ -266,7 +266,7 @@ def analyse(runs: list[Any], states: dict[str, int], results: Any, total: int, t
         "turn_runs": len(runs), "turns_finalised": len(finalised),
         "seconds": round(span, 2), "turns_per_second": round(len(finalised) / span, 2) if ended else 0,
         "ideal_turns_per_second": round(min(hosts * args.worker_concurrency, args.conversations)
-                                        / args.agent_seconds, 2),
+                                        / args.agent_seconds, 2) if args.agent_seconds else None,
         "admit_seconds": round(admitted_at - t0, 2),
         "order_violations": order_violations, "overlaps": overlaps,
         "deliveries_completed": states.get("completed", 0),
