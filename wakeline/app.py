@@ -45,6 +45,7 @@ from wakeline.providers.linear.install import Installed, Installer
 from wakeline.providers.linear.oauth import TokenEndpoint
 from wakeline.providers.linear.progress import ProgressBoard
 from wakeline.providers.linear.token_file import TokenFile
+from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
 from wakeline.scheduling import store_target
@@ -62,6 +63,11 @@ _LIFECYCLE_TEXT = {
     "reopened": "The issue was reopened{}.",
     "owned": "The issue moved into the route's projects ({}): its events wake the agent again.",
     "not_owned": "The issue moved out of the route's projects ({}): its events no longer wake the agent.",
+    "plan_requested": "A person asked for a plan: a planning turn (read-only) runs{}.",
+    "plan_revision_requested": "A comment on the waiting plan: the agent plans again{}.",
+    "plan_withdrawn": "The issue went back to Ready for Planning: every approval is withdrawn{}.",
+    "approved": "The plan was approved ({}): the execution lease is taken and the agent starts.",
+    "approval_refused": "An approval was refused: {}.",
 }
 # Ownership lookups wait at least 5 s after a failure: every fourth tick is soon enough.
 OWNERSHIP_EVERY_TICKS = 4
@@ -209,7 +215,8 @@ def build_service(
     metrics = Metrics(depths)
     tokens = TokenRegistry(secrets.operator_token.get_secret_value())
     inbox = Inbox(store)
-    router = Router(config)
+    workflow = WorkflowRegistry({r.name: r.teams for r in config.routes if r.planning})
+    router = Router(config, workflow)
     journal_file = JournalFile(config.journal_path, clock, secrets.values())
     journal = Journal.start(journal_file, metrics.journal_failed,
                             group_window=JOURNAL_GROUP_WINDOW_SECONDS).proxy()
@@ -227,6 +234,7 @@ def build_service(
         workspaces=workspaces_of(config),
         # Agents start in the fork server, which keeps every CPU the service was given.
         forkserver=ForkServer(agent_cpus),
+        workflow=workflow,
         # One runner per turn slot: a slot is freed only once its runner has finished.
         runners=ThreadPoolExecutor(config.agent.max_concurrent_turns,
                                    thread_name_prefix="turn-runner"),
@@ -255,7 +263,8 @@ def build_service(
     tracker = Tracker.start(store, client, clock, config.linear.max_concurrent_requests,
                             owner_of=owner_of,
                             ownership_backoff_seconds=ownership_backoff_seconds,
-                            progress=board, progress_skipped=metrics.progress_was_skipped).proxy()
+                            progress=board, progress_skipped=metrics.progress_was_skipped,
+                            workflow=workflow if workflow.routes() else None).proxy()
     turn_env.kick_tracker = lambda: tracker.kick.defer()
 
     def progress_to_linear(sessions: list[str], items: list[Any]) -> None:
@@ -289,7 +298,7 @@ def build_service(
 
     def mutation_settled(write: Any) -> None:
         # Only a mutation can hold deliveries: activities and comments need not wake echo memory.
-        if write.kind is EffectKind.MUTATION:
+        if write.kind in (EffectKind.MUTATION, EffectKind.UPDATE):
             echo_memory.settled.defer(write)
 
     tracker.subscribe(mutation_settled)
@@ -353,7 +362,7 @@ def build_service(
             on_installed=installed)
     server = config.server
     ingress = Listener(
-        create_ingress_app(config, webhooks, writer, clock, metrics),
+        create_ingress_app(config, webhooks, writer, clock, metrics, router),
         host=server.webhook_host,
         port=server.webhook_port,
         threads=server.threads,
@@ -367,6 +376,7 @@ def build_service(
             tracker=tracker, settled=turn_env.settled, secrets=secrets, budget=budget,
             echo_memory=echo_memory, journal=journal_file, credential=credential,
             installer=installer, live_turns=turn_env.live,
+            workflow=workflow if workflow.routes() else None,
         ),
         host=server.operator_host,
         port=server.operator_port,
@@ -383,6 +393,7 @@ def build_service(
         ticks[0] += 1
         if ticks[0] % OWNERSHIP_EVERY_TICKS == 0:
             tracker.check_ownership.defer()
+            tracker.set_up_planning.defer()  # nothing to do once the planning routes are set
         if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
             echo_memory.sweep.defer()
             journal.maintain.defer()

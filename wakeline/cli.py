@@ -622,6 +622,16 @@ def _conversation_text(c: dict[str, Any]) -> str:
         lines.append(f"workspace: branch {ws['branch']}"
                      + (", cleanup pending" if ws["cleanupPending"] else "")
                      + (f", kept: {ws['kept']}" if ws.get("kept") else ""))
+    plan = c.get("plan") or {}
+    if plan.get("phase", "none") != "none" or plan.get("rev"):
+        line = f"plan: {plan['phase']}, revision {plan['rev']}"
+        if plan.get("approvedBy"):
+            line += (f", approved by {plan['approvedBy']}"
+                     + (f" (revision {plan['approvedRev']})" if plan.get("approvedRev") else
+                        " (unplanned)"))
+        if plan.get("lease"):
+            line += f", execution lease since {plan['lease']['since']}"
+        lines.append(line)
     if c.get("turn"):
         t = c["turn"]
         lines.append(f"turn: {t['id']} {t['state']} attempt {t['attempt']}"

@@ -177,6 +177,15 @@ class RouteConfig(_Section):
     reply: Literal["comment", "none"] = Field(
         "comment", description='mode = "issue": post the answer as a comment, or not.'
     )
+    planning: bool = Field(
+        False, description="Plan, approve, execute: no turn changes code before a person "
+        "approved its plan, driven by the issue's workflow states (its Issue and Comment "
+        "events are routed whatever the mode).",
+    )
+    approvers: list[str] = Field(
+        default_factory=list, description="With planning: the Linear user ids who may approve a "
+        "plan; empty: any person (never an app, never wakeline's own account).",
+    )
 
 
 class ScaleConfig(_Section):

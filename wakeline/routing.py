@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from functools import partial
 
+from wakeline import planning
 from wakeline.config import Config, RouteConfig
 from wakeline.models.envelopes import AgentSession, DataChange, InboundDelivery, IssueInfo
 from wakeline.models.plans import OPEN, AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
 from wakeline.models.states import Ownership, Outcome, TerminalOutcome
 from wakeline.providers.linear import replies
+from wakeline.providers.linear.workflow import WorkflowRegistry
 
 # An update touching only these fields moved the issue between projects: no turn.
 PROJECT_BOOKKEEPING = frozenset({"projectId", "addedToProjectAt", "updatedAt"})
@@ -33,13 +35,15 @@ ISSUE_EVENTS = ("Issue", "Comment")
 class Router:
     """Routing decisions for one configuration."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, workflow: WorkflowRegistry | None = None) -> None:
         self._config = config
         self._routes = {r.name: r for r in config.routes}
         self._echo_window_ms = config.linear.echo_window_seconds * 1000
         # Without issue routes, a data-change event can only ever change a conversation's
         # lifecycle: the hot path skips the conversation read for the rest.
-        self._issue_routes = any(r.mode == "issue" for r in config.routes)
+        self._issue_routes = any(_routes_issues(r) for r in config.routes)
+        self._workflow = workflow or WorkflowRegistry(
+            {r.name: r.teams for r in config.routes if r.planning})
 
     # --- routes ----------------------------------------------------------------------------
 
@@ -53,7 +57,7 @@ class Router:
                      if not r.projects or project_id in r.projects), None)
 
     def _issue_routes_of(self, team_key: str | None) -> list[RouteConfig]:
-        return [r for r in self._config.routes if r.mode == "issue" and team_key in r.teams]
+        return [r for r in self._config.routes if _routes_issues(r) and team_key in r.teams]
 
     # --- plans -----------------------------------------------------------------------------
 
@@ -95,6 +99,12 @@ class Router:
                             effects=(replies.activity(env.session_id, "error", replies.CLOSED),))
         ack = (replies.activity(env.session_id, "thought", replies.ACK),) \
             if env.action == "created" else ()
+        if route.planning:
+            verdict = planning.session_event(env, conv, route, self._workflow)
+            return Decision(Outcome.ACCEPTED, create=create, to_fifo=verdict.to_fifo,
+                            effects=(ack if verdict.to_fifo else ()) + verdict.effects,
+                            session_id=env.session_id, gate=verdict.gate,
+                            reset_reply=replies.RESET_REPLY)
         return Decision(
             Outcome.ACCEPTED, create=create, to_fifo=True, effects=ack, session_id=env.session_id,
             unknown_session_reply=replies.ACK_REPLY if env.action == "prompted" else None,
@@ -124,8 +134,14 @@ class Router:
         lifecycle = self._lifecycle(env, lifecycle_state, route)
         terminal = isinstance(lifecycle, Terminal) or (conv.terminal and lifecycle is None)
         reason = _ignore_reason(env, route)
+        if route is not None and route.planning and ownership != Ownership.NOT_OWNED \
+                and reason is None and env.action != "remove" and not terminal:
+            verdict = planning.issue_change(env, conv, route, self._workflow)
+            return Decision(Outcome.ACCEPTED, move=move, to_fifo=verdict.to_fifo,
+                            lifecycle=lifecycle, retire_reply=replies.RETIRED_REPLY,
+                            gate=verdict.gate, effects=verdict.effects)
         wakes = (route is not None and route.mode == "issue" and ownership != Ownership.NOT_OWNED
-                 and reason is None and env.action != "remove")
+                 and reason is None and env.action != "remove" and not route.planning)
         if wakes and terminal and not isinstance(lifecycle, Terminal):
             # A comment about a closed issue: recorded, no turn until Linear reopens it.
             return Decision(Outcome.IGNORED, "terminal", move=move)
@@ -150,6 +166,14 @@ class Router:
             ownership = Ownership.PENDING if route.projects else Ownership.OWNED
         create = NewConversation(route.name, _title(issue), route.trust == "public", ownership,
                                  issue.project_id)
+        if route.planning and lifecycle_state != "terminal":
+            if ownership is not Ownership.OWNED:
+                return Decision(Outcome.ACCEPTED)  # no plan for an issue it may not own
+            verdict = planning.issue_change(env, None, route, self._workflow)
+            return Decision(Outcome.ACCEPTED, create=create if verdict.needs_conversation else None,
+                            to_fifo=verdict.to_fifo, gate=verdict.gate, effects=verdict.effects,
+                            lifecycle=OPEN if lifecycle_state == "open" and verdict.needs_conversation
+                            else None)
         if lifecycle_state == "terminal":
             # Terminal-first: the conversation starts closed (no turn, no workspace), so a
             # later comment on the closed issue starts no work until Linear reopens it.
@@ -174,6 +198,12 @@ class Router:
         completed = bool(done) and state_id == done
         return Terminal(TerminalOutcome.COMPLETED if completed else TerminalOutcome.CANCELED,
                         state_id, done or None)
+
+
+def _routes_issues(route: RouteConfig) -> bool:
+    """Issue and Comment events reach the route's conversations (a planning route's drive
+    its workflow, whatever its mode)."""
+    return route.mode == "issue" or route.planning
 
 
 def _title(issue: IssueInfo | None) -> str | None:

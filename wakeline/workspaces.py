@@ -82,6 +82,15 @@ def _disk(what: str) -> Iterator[None]:
         raise WorkspaceFailed(f"{what}: {exc.strerror or exc}") from exc
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """A git workspace's state: HEAD, the index's tree, and a tree of every file."""
+
+    head: str | None
+    index: str
+    work: str
+
+
 @dataclass
 class _Slot:
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -264,20 +273,72 @@ class Workspaces:
                 return
         raise WorkspaceFailed(f"{path} is in the way: not empty and not a worktree of {repo}")
 
+    # --- a planning turn's guard ---------------------------------------------------------------
+
+    def snapshot(self, path: Path) -> Snapshot | None:
+        """What a git workspace holds now (HEAD, the index, every file but ignored ones), to
+        put back after a turn that must not change it; None for a plain directory."""
+        if not (path / ".git").exists():
+            return None
+        head = self._run(path, "rev-parse", "--verify", "-q", "HEAD", check=False).strip() or None
+        return Snapshot(head, self._run(path, "write-tree").strip(), self._work_tree(path, head))
+
+    def restore(self, path: Path, snap: Snapshot) -> bool:
+        """Put the workspace back as `snapshot` found it; True when something had changed.
+
+        Commits made meanwhile leave the branch (their objects stay in the repository),
+        changed and new files go back to what they were, the index too.
+        """
+        head = self._run(path, "rev-parse", "--verify", "-q", "HEAD", check=False).strip() or None
+        if head == snap.head and self._work_tree(path, head) == snap.work:
+            return False
+        if snap.head and head != snap.head:
+            self._run(path, "reset", "-q", "--soft", snap.head)
+        with self._scratch_index(path) as index:
+            env = {"GIT_INDEX_FILE": index}
+            self._run(path, "read-tree", snap.work, env=env)
+            self._run(path, "checkout-index", "-a", "-f", env=env)
+            self._run(path, "clean", "-fdq", env=env)  # what the snapshot did not have
+        self._run(path, "read-tree", snap.index)
+        log.warning("workspace changes discarded", extra={"path": str(path)})
+        return True
+
+    def _work_tree(self, path: Path, head: str | None) -> str:
+        """A tree object of every file in the workspace, untracked ones included."""
+        with self._scratch_index(path) as index:
+            env = {"GIT_INDEX_FILE": index}
+            self._run(path, "read-tree", *([head] if head else ["--empty"]), env=env)
+            self._run(path, "add", "-A", env=env)
+            return self._run(path, "write-tree", env=env).strip()
+
+    @contextmanager
+    def _scratch_index(self, path: Path) -> Iterator[str]:
+        """A throwaway index file in the repository's git directory."""
+        name = f"wakeline-index-{secrets.token_hex(4)}"
+        index = self._run(path, "rev-parse", "--git-path", name).strip()
+        full = index if os.path.isabs(index) else str(path / index)
+        try:
+            yield full
+        finally:
+            Path(full).unlink(missing_ok=True)
+
     def _ok(self, cwd: Path, *args: str) -> bool:
         return self._git(cwd, *args).returncode == 0
 
-    def _run(self, cwd: Path, *args: str, check: bool = True) -> str:
+    def _run(self, cwd: Path, *args: str, check: bool = True,
+             env: dict[str, str] | None = None) -> str:
         """git's stdout; a non-zero exit raises with git's own stderr unless `check` is off."""
-        done = self._git(cwd, *args)
+        done = self._git(cwd, *args, env=env)
         if check and done.returncode != 0:
             said = done.stderr.strip() or f"{self._label(args)} exited with {done.returncode}"
             raise WorkspaceFailed(said[:STDERR_MAX_CHARS])
         return done.stdout if done.returncode == 0 else ""
 
-    def _git(self, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    def _git(self, cwd: Path, *args: str,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        extra = env or {}
         env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_GIT_VARS}
-        env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+        env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", **extra)
         try:
             return subprocess.run(
                 [self._git_cmd, "-C", str(cwd), *args],

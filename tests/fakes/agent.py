@@ -32,6 +32,8 @@ def record(prompt: str) -> None:
         "cwd": os.getcwd(),
         "pid": os.getpid(),
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "phase": os.environ.get("WAKELINE_PHASE"),
+        "approvedPlan": "approved-plan" in prompt,
         "at": time.time(),
     }
     with open(path, "a", encoding="utf-8") as fh:
@@ -98,6 +100,24 @@ def main() -> int:
         with open(arg or "agent-notes.txt", "w", encoding="utf-8") as fh:
             fh.write("work in progress\n")
         print("done")
+        return 0
+    if mode == "planner":  # plans (and, in a planning turn, tries to change files anyway)
+        if os.environ.get("WAKELINE_PHASE") == "plan":
+            if arg == "meddle":
+                with open("meddled.txt", "w", encoding="utf-8") as fh:
+                    fh.write("should not survive\n")
+                if os.path.exists("README.md"):
+                    with open("README.md", "a", encoding="utf-8") as fh:
+                        fh.write("changed by a planning turn\n")
+            if arg == "long":
+                print("1. A step\n" + "x" * 30_000)
+                return 0
+            revision = len(re.findall(r"Plan, revision|previous revision", prompt)) + 1
+            print(f"1. Read the failing test\n2. Fix the clock\n3. Run the suite\n(r{revision})")
+            return 0
+        print("executed " + ("the approved plan" if "approved-plan" in prompt else "without a plan"))
+        if arg == "sleep-execute":
+            time.sleep(3600)
         return 0
     if mode == "kill-self":
         os.kill(os.getpid(), signal.SIGKILL)

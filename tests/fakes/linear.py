@@ -115,6 +115,9 @@ class FakeLinear:
     # Set: the token endpoint is served, and GraphQL requests need one of its live tokens.
     oauth: FakeOAuth | None = None
     ratelimit_reset_seconds: float = 60.0  # when a scripted RATELIMITED says the limit resets
+    # team key -> {"id", "states": [{"id", "name", "type"}]}: what workflow-state queries see
+    teams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refuse_state_create: bool = False
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -239,6 +242,20 @@ class FakeLinear:
         for update in ("issueUpdate", "commentUpdate"):
             if update in query:
                 return {"data": {update: {"success": True}}}
+        if "WakelineTeamStates" in query:
+            key = (body.get("variables") or {}).get("key")
+            team = self.teams.get(str(key))
+            return {"data": {"teams": {"nodes": [{"id": team["id"], "key": key, "states": {
+                "nodes": team["states"]}}] if team else []}}}
+        if "workflowStateCreate" in query:
+            if self.refuse_state_create:
+                return {"data": None, "errors": [{"message": "Forbidden: not an admin",
+                                                   "extensions": {"code": "FORBIDDEN"}}]}
+            team = next(t for t in self.teams.values() if t["id"] == data.get("teamId"))
+            state = {"id": f"state-{data['name'].lower().replace(' ', '-')}", "name": data["name"],
+                     "type": data["type"]}
+            team["states"].append(state)
+            return {"data": {"workflowStateCreate": {"success": True, "workflowState": state}}}
         if "viewer" in query:
             data = {"viewer": {"id": "app-user-1", "name": "wakeline app"}}
             if "organization" in query:

@@ -48,7 +48,8 @@ OPS_ISSUES, PROJECT = 4, "project-p"
 class Server:
     """Starts and kills `wakeline serve` children on fixed ports and one state dir."""
 
-    def __init__(self, root: Path, linear_url: str) -> None:
+    def __init__(self, root: Path, linear_url: str, agent: tuple[str, ...] = ("sleep", "0.15"),
+                 routes: str = "") -> None:
         self.root = root
         self.webhook_port, self.operator_port = free_port(), free_port()
         self.config = root / "wakeline.toml"
@@ -56,11 +57,11 @@ class Server:
             f'state_dir = "state"\n'
             f"[server]\nwebhook_host = \"127.0.0.1\"\nwebhook_port = {self.webhook_port}\n"
             f"operator_port = {self.operator_port}\nthreads = 4\n"
-            f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), 'sleep', '0.15'])}\n"
+            f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), *agent])}\n"
             f"max_concurrent_turns = 4\n"
             f'[linear]\napi_url = "{linear_url}"\n'
-            f'[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
-            f'[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\nprojects = ["{PROJECT}"]\n'
+            + (routes or f'[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
+               f'[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\nprojects = ["{PROJECT}"]\n')
         )
         self.log = root / "agent.jsonl"
         self.env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET, "FAKE_AGENT_LOG": str(self.log),
@@ -89,6 +90,23 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=30)
+
+    def send(self, body: dict[str, Any]) -> requests.Response:
+        """One signed delivery."""
+        raw, headers = signed(body, secret=SECRET)
+        return requests.post(self.url, data=raw, headers=headers, timeout=10)
+
+    def api(self, method: str, path: str, **kw: Any) -> Any:
+        """The operator API (its token from the state dir)."""
+        token = (self.root / "state" / "operator.token").read_text().strip()
+        return requests.request(method, f"http://127.0.0.1:{self.operator_port}{path}",
+                                headers={"Authorization": f"Bearer {token}"}, timeout=10, **kw)
+
+    def runs(self) -> list[dict[str, Any]]:
+        """What the agent recorded, one entry per start."""
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
 
 
 def _body(i: int, n: int) -> dict[str, Any]:

@@ -383,3 +383,26 @@ def test_concurrent_prepares_on_one_repo_succeed_one_git_at_a_time(
     assert branches == {f"c{i}": f"eng-1-c{i}" for i in range(4)}
     assert all((p.path / "README.md").is_file() for p in placements.values())
     assert not overlaps.exists()
+
+
+def test_a_snapshot_puts_back_whatever_a_turn_changed(spaces: Workspaces, repo: Path,
+                                                      tmp_path: Path) -> None:
+    ws = spaces
+    path = issue(spaces, repo).path
+    (path / "notes.txt").write_text("kept: untracked before the turn\n")
+    (path / "README.md").write_text("edited before the turn\n")  # uncommitted, kept too
+    snap = ws.snapshot(path)
+    assert snap is not None and not ws.restore(path, snap)  # nothing changed yet
+    (path / "README.md").write_text("changed during planning\n")
+    (path / "new.txt").write_text("new\n")
+    (path / "notes.txt").unlink()
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "sneaky")
+    assert ws.restore(path, snap)
+    assert (path / "README.md").read_text() == "edited before the turn\n"
+    assert (path / "notes.txt").read_text() == "kept: untracked before the turn\n"
+    assert not (path / "new.txt").exists()
+    assert git(path, "rev-parse", "HEAD").strip() == snap.head
+    assert {line.strip() for line in git(path, "status", "--porcelain").splitlines()} == {
+        "M README.md", "?? notes.txt"}
+    assert ws.snapshot(tmp_path / "plain") is None  # not a git checkout: nothing to keep

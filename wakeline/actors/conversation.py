@@ -30,16 +30,18 @@ from wakeline.config import Config, RouteConfig
 from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec
 from wakeline.agents.commands import agent_argv
 from wakeline.agents.progress import TurnProgress
-from wakeline.agents.streams import reader_for
+from wakeline.agents.streams import PlanUpdate, reader_for
 from wakeline.forkserver import ForkServer
-from wakeline.models.fifo import ClaimedTurn
+from wakeline import planning
+from wakeline.models.fifo import MAX_LEASED_ATTEMPTS, ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
 from wakeline.prompts import prompt_for
 from wakeline.providers.linear import replies
 from wakeline.providers.linear.progress import Item
+from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.tokens import Lane, TokenRegistry
-from wakeline.workspaces import Workspaces
+from wakeline.workspaces import Snapshot, Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,7 @@ class TurnEnv:
         lambda turn, seq, stage, text: None
     lines_skipped: Callable[[int], None] = lambda count: None
     live: dict[str, TurnProgress] = field(default_factory=dict)  # turn id -> its progress
+    workflow: WorkflowRegistry | None = None  # planning routes' managed states and account
 
     def await_replies(self, conversation_id: str) -> None:
         """Block (a runner thread, never an actor) until the conversation's earlier writes
@@ -184,6 +187,8 @@ class _Running:
     killed: bool = False
     last_heartbeat: float = 0.0
     progress: TurnProgress | None = None
+    phase: str | None = None  # a planning route's turn: "plan" or "execute"
+    sessions: tuple[str, ...] = ()  # the Linear agent sessions its answer goes to
 
 
 class ConversationActor(pykka.ThreadingActor):
@@ -330,8 +335,13 @@ class ConversationActor(pykka.ThreadingActor):
                 return
             except Exception:
                 log.exception("turn could not start again", extra={"turn_id": turn_id})
+        if running.phase == "plan" and running.stop_reason is None and running.progress \
+                and self._result(outcome) is TurnResultKind.RESPONSE:
+            steps = planning.plan_steps(outcome.stdout)
+            if steps:  # the plan, mirrored as the session's native plan before the question
+                running.progress.offer([PlanUpdate(steps)])
         # Whatever progress still waits goes before the answer (or is dropped).
-        env.progress_ended(replies.sessions_of(turn))
+        env.progress_ended(list(running.sessions))
         try:
             self._settle(running, outcome)
         except Exception:
@@ -365,17 +375,24 @@ class ConversationActor(pykka.ThreadingActor):
             return
         result = self._result(outcome) if reason is None else None
         if result is not None:
+            if running.phase == "plan" and result is TurnResultKind.RESPONSE:
+                self._post_plan(running, outcome, now)
+                return
             options = tuple((o.label, o.value) for o in running.progress.options) \
                 if running.progress else ()
             if options and result is TurnResultKind.RESPONSE:
                 result = TurnResultKind.ELICITATION  # the agent offered choices: a question
             route = self._env.config.route(turn.route)
             effects = replies.turn_result(turn, result, outcome.stdout,
-                                          route.reply if route else "none", options)
+                                          route.reply if route else "none", options,
+                                          sessions=running.sessions)
             self._finalise(turn, result, now, outcome, outcome.stdout, effects)
             return
         error = self._failure_text(reason, outcome)
-        state = store.fifo.fail(turn.turn_id, error, now, self._env.backoff_seconds,
+        backoff = self._env.backoff_seconds
+        if running.phase == "execute":
+            backoff = backoff[:MAX_LEASED_ATTEMPTS - 1]  # an execution runs at most 3 times
+        state = store.fifo.fail(turn.turn_id, error, now, backoff,
                                 replies.stalled(turn, turn.attempt, error))
         self._env.kick_tracker()
         log.warning("turn failed", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
@@ -404,19 +421,64 @@ class ConversationActor(pykka.ThreadingActor):
         return f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail else "")
 
     def _finalise(self, turn: ClaimedTurn, result: TurnResultKind, now: int, outcome: RunOutcome,
-                  output: str, effects: Sequence[replies.EffectSpec] = ()) -> None:
-        if not self._env.store.fifo.finalise(turn.turn_id, result, now, exit_code=outcome.exit_code,
-                                             output=output, effects=effects):
-            return
+                  output: str, effects: Sequence[replies.EffectSpec] = (),
+                  also: Callable[[], None] | None = None) -> bool:
+        """Finalise (and `also`, in the same transaction); False when the turn was gone."""
+        store = self._env.store
+        with store.db.atomic():
+            if not store.fifo.finalise(turn.turn_id, result, now, exit_code=outcome.exit_code,
+                                       output=output, effects=effects):
+                return False
+            if also is not None:
+                also()
         if effects:
             self._env.kick_tracker()
         self._env.notify(self._env.on_finished, FinishedTurn(turn, result, output, outcome.exit_code))
+        return True
+
+    def _post_plan(self, running: _Running, outcome: RunOutcome, now: int) -> None:
+        """A planning turn's answer is revision N+1 of the plan: one comment (edited in place
+        for each revision), the session's question with `approve`, the issue moved to
+        Awaiting Plan Approval; recorded with the turn's end in one transaction."""
+        env, turn = self._env, running.turn
+        cid, plan = turn.conversation_id, outcome.stdout.strip() or "(the agent gave no plan)"
+        gate = env.store.gates.get(cid)
+        rev = gate.rev + 1
+        account = env.workflow.account() if env.workflow else None
+        effects: list[replies.EffectSpec] = []
+        comment_id = None
+        if turn.issue_id:
+            comment, comment_id = replies.plan_comment(turn.issue_id, rev, plan, gate.comment_id,
+                                                       account, cid)
+            effects.append(comment)
+            team = turn.issue_identifier.rsplit("-", 1)[0] if turn.issue_identifier else None
+            states = env.workflow.states(team) if env.workflow else None
+            if states is not None:
+                effects.append(planning.move_issue(turn.issue_id, states.awaiting, account, cid))
+        effects += [replies.activity(s, "elicitation", replies.plan_question(rev, plan), cid,
+                                     replies.PLAN_OPTIONS) for s in running.sessions]
+        posted = self._finalise(
+            turn, TurnResultKind.RESPONSE, now, outcome, plan, effects,
+            also=lambda: env.store.gates.posted(cid, rev, plan, comment_id or "", now))
+        if posted:
+            env.notify(env.on_lifecycle, cid, "plan_posted",
+                       f"Plan revision {rev} posted for approval.")
 
     def _start(self, turn: ClaimedTurn) -> None:
         env = self._env
-        prompt = prompt_for(turn, env.secret_values)
+        route = env.config.route(turn.route)
+        phase, plan = None, None
+        sessions = tuple(replies.sessions_of(turn))
+        if route is not None and route.planning:
+            # Only the execution lease lets a turn change code; every other turn plans.
+            gate = env.store.gates.get(turn.conversation_id)
+            phase = "execute" if gate.leased else "plan"
+            plan = gate.approved_plan if gate.leased else gate.plan
+            sessions = sessions or ((turn.agent_session,) if turn.agent_session else ())
+        prompt = prompt_for(turn, env.secret_values, phase=phase, plan=plan)
         output = env.config.agent_output(turn.route)
-        progress = self._progress_of(turn)
+        progress = self._progress_of(turn, sessions)
+        guard = _PlanGuard(env, turn) if phase == "plan" else None
         # Issued last: nothing below can fail, so a token never outlives a turn that did not start.
         lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
         token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
@@ -424,7 +486,7 @@ class ConversationActor(pykka.ThreadingActor):
         spec = TurnSpec(
             turn_id=turn.turn_id,
             argv=tuple(agent_argv(route_command(env.config, turn.route), output,
-                                  turn.runner_session)),
+                                  turn.runner_session, read_only=phase == "plan")),
             cwd=env.workspaces.path_of(turn.conversation_id),
             env=agent_environment(env.base_env, env.secret_values, {
                 "WAKELINE_CONVERSATION_ID": turn.conversation_id,
@@ -435,14 +497,16 @@ class ConversationActor(pykka.ThreadingActor):
                 "WAKELINE_ISSUE_ID": turn.issue_id or "",
                 "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",
                 "WAKELINE_AGENT_SESSION": turn.runner_session or "",
+                "WAKELINE_PHASE": phase or "",
                 "PATH": agent_path(env.base_env),
             }),
             prompt=prompt,
             prompt_dir=env.prompts,
             before_start=lambda: env.await_replies(turn.conversation_id),
-            prepare=lambda: env.prepare_workspace(turn),
+            prepare=guard.prepare if guard else (lambda: env.prepare_workspace(turn)),
             reader=reader_for(output) if output != "text" else None,
             on_progress=progress.offer,
+            after_exit=guard.restore if guard else None,
         )
         me = self._me
 
@@ -453,25 +517,51 @@ class ConversationActor(pykka.ThreadingActor):
                 pass  # shutting down: the turn record stays for recovery
 
         process = TurnProcess(spec, on_exit, env.forkserver, env.runners)
-        self._running = _Running(turn, process, token, env.clock.monotonic(), progress=progress)
+        self._running = _Running(turn, process, token, env.clock.monotonic(), progress=progress,
+                                 phase=phase, sessions=sessions)
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})
         process.start()
         env.notify(env.on_started, turn)
 
 
-    def _progress_of(self, turn: ClaimedTurn) -> TurnProgress:
+    def _progress_of(self, turn: ClaimedTurn, sessions: Sequence[str]) -> TurnProgress:
         """Where this turn's progress goes: its sessions (if progress is on), the journal, and
         the conversation's record of the agent's own session."""
         env = self._env
         seq = itertools.count(1)
         store, cid = env.store, turn.conversation_id
         return TurnProgress(
-            turn.turn_id, cid, replies.sessions_of(turn), env.secret_values,
+            turn.turn_id, cid, list(sessions), env.secret_values,
             env.progress_to_linear if env.config.agent.progress else None,
             remember_session=lambda sid: (store.relax_durability(),  # bookkeeping: 0017
                                           store.fifo.set_runner_session(cid, sid)),
             journal=lambda stage, text: env.journal_progress(turn, next(seq), stage, text))
+
+
+class _PlanGuard:
+    """A planning turn's workspace: as it was before the turn, whatever the agent did."""
+
+    def __init__(self, env: TurnEnv, turn: ClaimedTurn) -> None:
+        self._env = env
+        self._turn = turn
+        self._path: Path | None = None
+        self._snapshot: Snapshot | None = None
+
+    def prepare(self) -> Path:
+        """On the runner thread: make the workspace ready, then note what it holds."""
+        self._path = self._env.prepare_workspace(self._turn)
+        self._snapshot = self._env.workspaces.snapshot(self._path)
+        return self._path
+
+    def restore(self) -> None:
+        """On the runner thread, after the agent's exit: put back what it changed."""
+        if self._path is None or self._snapshot is None:
+            return
+        if self._env.workspaces.restore(self._path, self._snapshot):
+            cid = self._turn.conversation_id
+            self._env.notify(self._env.on_lifecycle, cid, "plan_changes_discarded",
+                             "The planning turn changed files; the workspace was put back.")
 
 
 def issue_title(turn: ClaimedTurn) -> str | None:

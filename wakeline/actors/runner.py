@@ -65,6 +65,9 @@ class TurnSpec:
     # the end. None: plain `text` output, kept whole.
     reader: StreamReader | None = None
     on_progress: Callable[[list[ProgressEvent]], None] | None = None
+    # Runs on the runner thread once the child has exited, before its outcome is reported
+    # (a planning turn's workspace is put back as it was).
+    after_exit: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,11 @@ class TurnProcess:
         code = child.wait()
         with self._lock:
             self._exited = True
+        if spec.after_exit is not None:
+            try:
+                spec.after_exit()
+            except Exception:  # the turn's outcome stands; what failed is logged
+                log.exception("after the turn's exit", extra={"turn_id": spec.turn_id})
         if code is None:
             return RunOutcome(exit_code=None, spawn_error="the fork server stopped during the turn")
         stderr_tail = err.data.decode("utf-8", "replace")

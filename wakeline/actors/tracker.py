@@ -34,7 +34,10 @@ from wakeline.models.conversations import OwnershipCheck
 from wakeline.models.outbox import EffectKind, EffectState, PendingEffect
 from wakeline.models.store import Store
 from wakeline.providers.linear.client import LinearClient
+from wakeline.providers.linear.account import VIEWER_QUERY, record_account, recorded_account
 from wakeline.providers.linear.progress import Item, ProgressBoard
+from wakeline.providers.linear.workflow import RETRY_SECONDS as PLANNING_RETRY_SECONDS
+from wakeline.providers.linear.workflow import WorkflowRegistry, set_up
 from wakeline.providers.linear.lookups import (
     GONE, OWNER_QUERY, IssueOwner, LookupCache, is_not_found, parse_owner,
 )
@@ -49,6 +52,8 @@ COMMENT_MUTATION = (
     "mutation WakelineComment($input: CommentCreateInput!) "
     "{ commentCreate(input: $input) { success comment { id } } }"
 )
+# The updates wakeline sends itself, and their input types.
+UPDATE_INPUTS = {"issueUpdate": "IssueUpdateInput", "commentUpdate": "CommentUpdateInput"}
 # Waits between ownership lookups that found no answer; the last one repeats.
 OWNERSHIP_BACKOFF_SECONDS: tuple[float, ...] = (5, 30, 120, 600)
 
@@ -77,6 +82,11 @@ def mutation_for(effect: PendingEffect) -> tuple[str, dict[str, Any]]:
             data["signalMetadata"] = {"options": [{"label": label, "value": value}
                                                   for label, value in effect.options]}
         return ACTIVITY_MUTATION, {"input": data}
+    if effect.kind is EffectKind.UPDATE:
+        input_type = UPDATE_INPUTS[str(effect.update_field)]
+        return (f"mutation WakelineUpdate($id: String!, $input: {input_type}!) "
+                f"{{ {effect.update_field}(id: $id, input: $input) {{ success }} }}",
+                {"id": effect.target, "input": effect.update_input or {}})
     return COMMENT_MUTATION, {"input": {"id": effect.id, "issueId": effect.target, "body": effect.body}}
 
 
@@ -87,8 +97,12 @@ class Tracker(pykka.ThreadingActor):
                  max_concurrent_requests: int = 8, *, owner_of: OwnerOf = lambda team, project: None,
                  ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS,
                  progress: ProgressBoard | None = None,
-                 progress_skipped: Callable[[int], None] = lambda count: None) -> None:
+                 progress_skipped: Callable[[int], None] = lambda count: None,
+                 workflow: WorkflowRegistry | None = None) -> None:
         super().__init__()
+        self._workflow = workflow
+        self._setting_up = False
+        self._set_up_after = 0.0
         self._board = progress or ProgressBoard(3000)  # turns offer, this actor sends
         self._progress_skipped = progress_skipped
         self._store = store
@@ -121,6 +135,7 @@ class Tracker(pykka.ThreadingActor):
         if self._client is not None:
             self._pool.submit(self._warm_up)  # a due renewal (or a first fetch) off the actor
         self.check_ownership()
+        self.set_up_planning()
 
     def on_stop(self) -> None:
         """Let calls on the wire finish and settle; queued ones never left, so they go back
@@ -276,6 +291,65 @@ class Tracker(pykka.ThreadingActor):
     def connected(self) -> bool:
         """True when a credential is configured."""
         return self._client is not None
+
+    def set_up_planning(self) -> None:
+        """Find or create the planning routes' workflow states (once; again a minute after
+        Linear could not be asked)."""
+        registry = self._workflow
+        if registry is None or not registry.waiting() or self._setting_up:
+            return
+        if self._client is None:
+            registry.failed("no Linear credential: planning needs wakeline's Linear app")
+            return
+        if self._clock.monotonic() < self._set_up_after:
+            return
+        self._setting_up = True
+        assert self._pool is not None
+        self._pool.submit(self._set_up_planning)
+
+    def planning_set_up(self, ok: bool) -> None:
+        """A worker finished (or failed) the planning set-up."""
+        self._setting_up = False
+        if not ok:
+            self._set_up_after = self._clock.monotonic() + PLANNING_RETRY_SECONDS
+
+    def _set_up_planning(self) -> None:
+        assert self._workflow is not None and self._client is not None
+        client, ok = self._client, False
+        try:
+            set_up(self._workflow,
+                   lambda query, variables, name, mutation=False: client.execute(query, variables, name),
+                   self._own_account)
+            ok = True
+        except WakelineError as exc:
+            self._workflow.failed(f"Linear could not be asked ({exc.code}): planning waits and "
+                                  "tries again")
+            log.warning("planning set-up failed", extra={"error": exc.code})
+        except Exception:
+            self._workflow.failed("planning set-up failed: see the log")
+            log.exception("planning set-up failed")
+        finally:
+            self._store.close()
+        try:
+            self._me.planning_set_up.defer(ok)
+        except pykka.ActorDeadError:
+            pass
+
+    def _own_account(self) -> str:
+        """wakeline's own account id: as recorded for this credential, else one `viewer`."""
+        assert self._client is not None
+        credential = self._client.credential
+        known = recorded_account(self._store, credential.identity())
+        if known:
+            return str(known["id"])
+        viewer = (self._client.execute(VIEWER_QUERY, None, "WakelineViewer").get("data") or {}) \
+            .get("viewer") or {}
+        if not isinstance(viewer.get("id"), str):
+            raise ProviderRejected("Linear's answer names no viewer")
+        record_account(self._store, account_id=viewer["id"], name=viewer.get("name"),
+                       kind=credential.kind, identity=credential.identity(),
+                       now_ms=to_ms(self._clock.now()))
+        return str(viewer["id"])
 
     def _warm_up(self) -> None:
         """On a worker: renew the token now if it is due (or fetch a first one)."""

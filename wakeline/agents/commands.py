@@ -5,7 +5,9 @@ stream-json --verbose`); for `output = "codex"` Codex must run `exec --json`. A 
 that lacks those gets them, so a config can name just the CLI. Continuity adds the CLI's
 own resume arguments: `--resume ID` for Claude; `resume ID` for Codex, placed before the
 final `-` (the prompt on stdin) so every option before it (the sandbox mode: `codex exec
-resume` takes no `-s` of its own and would run read-only) still applies.
+resume` takes no `-s` of its own and would run read-only) still applies. A planning turn
+runs the CLI's own read-only mode (`--permission-mode plan`, `-s read-only`) in place of
+whatever the command allows.
 """
 
 from __future__ import annotations
@@ -16,15 +18,49 @@ from collections.abc import Sequence
 CLAUDE_STREAM = ("--output-format", "stream-json")
 
 
-def agent_argv(command: Sequence[str], output: str, resume_id: str | None = None) -> list[str]:
-    """The argv of one turn; a leading `python` is wakeline's own interpreter."""
+def agent_argv(command: Sequence[str], output: str, resume_id: str | None = None, *,
+               read_only: bool = False) -> list[str]:
+    """The argv of one turn; a leading `python` is wakeline's own interpreter. `read_only`
+    (a planning turn): the CLI's own read-only mode, whatever the command allows."""
     argv = list(command)
     if argv and argv[0] in ("python", "python3"):
         argv[0] = sys.executable
     if output == "claude":
-        argv = _claude(argv, resume_id)
+        argv = _claude(_claude_read_only(argv) if read_only else argv, resume_id)
     elif output == "codex":
-        argv = _codex(argv, resume_id)
+        argv = _codex(_codex_read_only(argv) if read_only else argv, resume_id)
+    return argv
+
+
+def _without(argv: list[str], flags: set[str], valued: set[str]) -> list[str]:
+    """`argv` without `flags` and without `valued` options and their values."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in valued:
+            skip = True
+            continue
+        if arg in flags or any(arg.startswith(v + "=") for v in valued):
+            continue
+        out.append(arg)
+    return out
+
+
+def _claude_read_only(argv: list[str]) -> list[str]:
+    argv = _without(argv, {"--dangerously-skip-permissions", "--allow-dangerously-skip-permissions"},
+                    {"--permission-mode"})
+    return [*argv, "--permission-mode", "plan"]
+
+
+def _codex_read_only(argv: list[str]) -> list[str]:
+    argv = _without(argv, {"--full-auto", "--dangerously-bypass-approvals-and-sandbox", "--yolo"},
+                    {"-s", "--sandbox"})
+    if "exec" not in argv:
+        argv.insert(1 if argv else 0, "exec")
+    at = argv.index("exec") + 1
+    argv[at:at] = ["-s", "read-only"]
     return argv
 
 

@@ -16,6 +16,7 @@ from wakeline.models.store import Store
 from wakeline.providers.linear.account import ACCOUNT_SETTING, credential_fingerprint
 from wakeline.providers.linear.credentials import AppCredential, Credential
 from wakeline.providers.linear.token_file import TokenFile
+from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.secrets import read_secret_file
 from wakeline.checks import command_checks, disk_check, route_checks
 from wakeline.tokens import Lane
@@ -49,12 +50,14 @@ class Doctor:
     """`GET /v1/doctor`: `{"ok", "checks": [{"name", "ok", "detail"}], "linear": {...}}`."""
 
     def __init__(self, config: Config, store: Store, secrets: Secrets | None,
-                 budget: RequestBudget | None, credential: Credential | None = None) -> None:
+                 budget: RequestBudget | None, credential: Credential | None = None,
+                 workflow: WorkflowRegistry | None = None) -> None:
         self._config = config
         self._store = store
         self._secrets = secrets
         self._budget = budget
         self._credential = credential
+        self._workflow = workflow
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -77,6 +80,7 @@ class Doctor:
                                           disk_check(config))]
         linear, linear_checks = self._linear()
         checks += linear_checks
+        checks += self._planning()
         resp.media = {"ok": all(c["ok"] for c in checks), "checks": checks, "linear": linear}
 
     def _secret_checks(self) -> list[dict[str, Any]]:
@@ -137,6 +141,23 @@ class Doctor:
                    "budget": {"usedThisHour": used, "perHour": per_hour}}
         return summary, checks
 
+    def _planning(self) -> list[dict[str, Any]]:
+        """Each planning route: its teams' three managed states, or why planning is off."""
+        if self._workflow is None:
+            return []
+        checks = []
+        for route, info in self._workflow.summary().items():
+            if info["off"]:
+                checks.append(_check(f"planning {route}", False,
+                                     f"planning is off: {info['off']} (the route runs nothing)"))
+                continue
+            detail = "; ".join(
+                f"{st['team']}: Ready for Planning {st['readyForPlanning']}, Awaiting Plan "
+                f"Approval {st['awaitingPlanApproval']}, Approved {st['approved']}, In Progress "
+                f"{st['inProgress'] or 'none'}" for st in info["states"])
+            checks.append(_check(f"planning {route}", True, detail))
+        return checks
+
     def _token_check(self, credential: AppCredential) -> dict[str, Any]:
         """The app's token file: owner-only, and a token that works."""
         path = self._config.oauth_token_path
@@ -151,6 +172,7 @@ class Doctor:
 
 
 def add_routes(app: falcon.App, config: Config, store: Store, secrets: Secrets | None,
-               budget: RequestBudget | None, credential: Credential | None = None) -> None:
+               budget: RequestBudget | None, credential: Credential | None = None,
+               workflow: WorkflowRegistry | None = None) -> None:
     """Mount the doctor."""
-    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget, credential))
+    app.add_route("/v1/doctor", Doctor(config, store, secrets, budget, credential, workflow))

@@ -36,9 +36,10 @@ class LinearWebhookResource:
         writer: AdmissionWriter,
         clock: Clock,
         metrics: Metrics,
+        router: Router | None = None,
     ) -> None:
         self._config = config
-        self._router = Router(config)
+        self._router = router or Router(config)
         self._webhooks = webhooks
         self._writer = writer
         self._clock = clock
@@ -88,10 +89,12 @@ def create_ingress_app(
     writer: AdmissionWriter,
     clock: Clock,
     metrics: Metrics,
+    router: Router | None = None,
 ) -> falcon.App:
-    """The public WSGI app."""
+    """The public WSGI app; `router` is the service's (it knows the planning routes' states)."""
     app = falcon.App(media_type=falcon.MEDIA_JSON)
     errors.install(app)
-    app.add_route("/webhooks/linear", LinearWebhookResource(config, webhooks, writer, clock, metrics))
+    app.add_route("/webhooks/linear",
+                  LinearWebhookResource(config, webhooks, writer, clock, metrics, router))
     app.add_route("/healthz", Health())
     return app

@@ -39,7 +39,7 @@ from wakeline.http.params import json_body
 from wakeline.models.outbox import EffectState
 from wakeline.models.store import Store
 from wakeline.providers.linear import replies
-from wakeline.providers.linear.account import record_account, recorded_account
+from wakeline.providers.linear.account import VIEWER_QUERY, record_account, recorded_account
 from wakeline.providers.linear.credentials import Credential
 from wakeline.providers.linear.graphql_guard import Analysis, analyze, mark_creates
 from wakeline.providers.linear.intents import write_intents
@@ -48,7 +48,6 @@ from wakeline.tokens import Grant, Lane
 log = logging.getLogger(__name__)
 
 MUTATING_LANES = frozenset({Lane.OPERATOR, Lane.WORKER})
-VIEWER_QUERY = "query WakelineViewer { viewer { id name } }"
 ASK_TIMEOUT_SECONDS = 10.0
 # The client gives up after 5 s to connect and 30 s to read; a little more covers the queue.
 CALL_TIMEOUT_SECONDS = 40.0

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from wakeline.providers.linear.client import RequestBudget
     from wakeline.providers.linear.credentials import Credential
     from wakeline.providers.linear.install import Installer
+    from wakeline.providers.linear.workflow import WorkflowRegistry
     from wakeline.secrets import Secrets
 
 
@@ -164,6 +165,7 @@ def create_operator_app(
     credential: Credential | None = None,
     installer: Installer | None = None,
     live_turns: Mapping[str, TurnProgress] | None = None,
+    workflow: WorkflowRegistry | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
@@ -179,7 +181,7 @@ def create_operator_app(
     install.add_routes(app, installer)
     progress.add_routes(app, live_turns)
     effects.add_routes(app, store, echo_memory)
-    doctor.add_routes(app, config, store, secrets, budget, credential)
+    doctor.add_routes(app, config, store, secrets, budget, credential, workflow)
     journal_routes.add_routes(app, journal)
     return app
 

@@ -38,7 +38,8 @@ from wakeline.models.dialect import Dialect, dialect_of
 from wakeline.models.echoes import CANDIDATE_WINDOW_MS, UNRESOLVED, Echoes, IntentRow, explains
 from wakeline.models.envelopes import DataChange, InboundDelivery, Subject, dump_envelope
 from wakeline.models.fifo import Fifo
-from wakeline.models.outbox import Outbox
+from wakeline.models.outbox import EffectSpec, Outbox
+from wakeline.models.plan_gate import PlanGates
 from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
 from wakeline.models.schema import INBOX_CONVERSATION_ID, INBOX_LOCK
 from wakeline.models.states import ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind
@@ -73,8 +74,10 @@ _DELIVERY = (
 # Locked in id order (PostgreSQL): the group's FIFO entries of a conversation take their
 # sequence numbers while no other host's admission or claim of it is in between.
 _FIND_CONVERSATIONS = (
-    "SELECT key, id, title, terminal, reset_at, route, ownership, project_id FROM conversations"
-    " WHERE namespace = ? AND key IN ({marks}) ORDER BY id{lock}"
+    "SELECT c.key, c.id, c.title, c.terminal, c.reset_at, c.route, c.ownership, c.project_id,"
+    " g.phase, g.rev, g.lease_since FROM conversations c"
+    " LEFT JOIN plan_gates g ON g.conversation_id = c.id"
+    " WHERE c.namespace = ? AND c.key IN ({marks}) ORDER BY c.id{lock}"
 )
 _NEW_CONVERSATION = (
     "INSERT INTO conversations (id, namespace, key, kind, title, route, created_at, updated_at,"
@@ -135,20 +138,26 @@ class _Conversation:
     route: str | None
     ownership: Ownership
     project_id: str | None
+    plan_phase: str | None = None
+    plan_rev: int | None = None
+    lease_since: int | None = None
 
     def facts(self) -> ConversationFacts:
         return ConversationFacts(self.id, self.route, self.terminal, self.reset_at, self.ownership,
-                                 self.project_id)
+                                 self.project_id, self.plan_phase or "none", self.plan_rev or 0,
+                                 self.lease_since is not None)
 
 
 class Admissions:
     """Writes admission groups; used by the admission writer thread only."""
 
-    def __init__(self, db: Database, fifo: Fifo, outbox: Outbox, following_default: bool) -> None:
+    def __init__(self, db: Database, fifo: Fifo, outbox: Outbox, following_default: bool,
+                 gates: PlanGates) -> None:
         self._db = db
         self._dialect = dialect_of(db)
         self._fifo = fifo
         self._outbox = outbox
+        self._gates = gates
         self._following_default = following_default
 
     def admit(self, plans: Sequence[AdmissionPlan]) -> list[AdmissionResult | Unavailable]:
@@ -220,10 +229,11 @@ class Admissions:
         found: dict[Subject, _Conversation] = {}
         for namespace, wanted in keys.items():
             sql = _FIND_CONVERSATIONS.format(marks=", ".join("?" * len(wanted)),
-                                             lock=dialect.for_update)
+                                             lock=dialect.for_update_of("c"))
             for key, *row in conn.execute(sql, (namespace, *wanted)).fetchall():
                 found[Subject(namespace=namespace, key=key)] = _Conversation(
-                    row[0], row[1], bool(row[2]), row[3], row[4], Ownership(row[5]), row[6])
+                    row[0], row[1], bool(row[2]), row[3], row[4], Ownership(row[5]), row[6],
+                    row[7], row[8], row[9])
         return found
 
     def _admit(self, conn: Any, plan: AdmissionPlan, following: bool,
@@ -267,13 +277,18 @@ class Admissions:
             if decision.stop_session:
                 self._fifo.stop_session(conv.id, decision.stop_session, now)
                 changed = True
+            if decision.gate is not None:
+                took, more = self._apply_gate(conv, decision, d.delivery_id, now, events)
+                to_fifo = to_fifo and took
+                effects += more
+                changed = True
             session = decision.session_id
-            if to_fifo and session is not None:
-                if decision.unknown_session_reply is not None \
-                        and not self._fifo.knows_session(conv.id, session):
-                    # A follow-up to a session we never saw (created before install, state
-                    # lost): treat it as a fresh request, and say so at once as for `created`.
-                    effects += decision.unknown_session_reply.to([session], None)
+            if to_fifo and session is not None and decision.unknown_session_reply is not None \
+                    and not self._fifo.knows_session(conv.id, session):
+                # A follow-up to a session we never saw (created before install, state
+                # lost): treat it as a fresh request, and say so at once as for `created`.
+                effects += decision.unknown_session_reply.to([session], None)
+            if session is not None:  # the issue's session: where its turns answer
                 conn.execute("UPDATE conversations SET agent_session_id = ? WHERE id = ?",
                              (session, conv.id))
             if to_fifo:
@@ -413,6 +428,38 @@ class Admissions:
             self._fifo.complete_not_owned(conv.id, now)
         return before is not Ownership.OWNED and move.ownership is Ownership.OWNED
 
+    def _apply_gate(self, conv: _Conversation, decision: Decision, delivery_id: str, now: int,
+                    events: list[tuple[str, str]]) -> tuple[bool, list[EffectSpec]]:
+        """Record what the delivery does to the gate; (whether it may run, effects to send)."""
+        change = decision.gate
+        assert change is not None
+        gates = self._gates
+        if change.action == "request":
+            gates.request(conv.id, now)
+            if conv.lease_since is not None or conv.plan_phase in ("approved",):
+                events.append(("plan_withdrawn", ""))
+            self._fifo.stop_running_turn(conv.id, now)
+            conv.plan_phase, conv.lease_since = "planning", None
+            events.append(("plan_requested", ""))
+            return True, []
+        if change.action == "revise":
+            gates.revise(conv.id, now)
+            conv.plan_phase = "planning"
+            events.append(("plan_revision_requested", ""))
+            return True, []
+        if change.action == "approve":
+            assert change.approver is not None
+            if not gates.approve(conv.id, change.approver, delivery_id, now):
+                events.append(("approval_refused", "the execution lease is already held"))
+                return False, []
+            conv.plan_phase, conv.lease_since = "approved", now
+            rev = conv.plan_rev
+            events.append(("approved", f"plan revision {rev} by {change.approver}" if rev
+                           else f"without a plan, by {change.approver}"))
+            return True, list(change.effects)
+        events.append(("approval_refused", change.reason or "refused"))
+        return False, []
+
     def _apply_lifecycle(self, conn: Any, conv: _Conversation, decision: Decision,
                          now: int, events: list[tuple[str, str]]) -> bool:
         """Record terminal intent (retiring unfinished work) or clear it; True if it changed."""
@@ -427,6 +474,9 @@ class Admissions:
             conn.execute(_TERMINAL, (lifecycle.outcome.value, lifecycle.state_id,
                                      lifecycle.done_state_id, now, conv.id))
             self._fifo.retire(conv.id, now, decision.retire_reply)
+            if conv.plan_phase not in (None, "none"):
+                self._gates.release(conv.id, now)  # the lease goes; no state is written back
+                conv.plan_phase, conv.lease_since = "none", None
             events.append(("terminal", lifecycle.outcome.value))
         else:
             conn.execute(_OPEN, (now, conv.id))

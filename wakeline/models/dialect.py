@@ -57,6 +57,10 @@ class Dialect:
         """Fixed SQL (with `?` placeholders) as this backend's driver takes it."""
         return text
 
+    def for_update_of(self, alias: str) -> str:
+        """Lock only `alias`'s rows (a join's nullable side cannot be locked)."""
+        return ""
+
     def ddl(self, statement: Statement) -> str | None:
         """A migration statement for this backend (None: nothing to run here)."""
         if isinstance(statement, str):
@@ -135,6 +139,11 @@ class PostgresDialect(Dialect):
             out = self._translated[text] = text.replace("%", "%%").replace("?", "%s") \
                 if "?" in text else text
         return out
+
+    def for_update_of(self, alias: str) -> str:
+        if not _KEY.fullmatch(alias):
+            raise ValueError(f"not a plain alias: {alias!r}")
+        return f" FOR UPDATE OF {alias}"
 
     def ddl(self, statement: Statement) -> str | None:
         if not isinstance(statement, str):

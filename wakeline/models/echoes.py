@@ -50,7 +50,7 @@ UNRESOLVED = frozenset({EffectState.PREPARED.value, EffectState.DISPATCHED.value
 
 _INTENTS = (
     "SELECT id, account, event_kind, event_action, subject, state, fingerprint, created_at,"
-    " settled_at FROM effects WHERE kind = 'mutation' AND subject IN ({marks})"
+    " settled_at FROM effects WHERE kind IN ('mutation', 'update') AND subject IN ({marks})"
 )
 _HOLD = (
     "INSERT INTO held_deliveries (receipt_id, fifo_id, conversation_id, evidence, intents,"

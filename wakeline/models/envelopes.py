@@ -76,6 +76,8 @@ class DataChange(_Frozen):
     created_at: str | None = None
     comment_body: str | None = None
     updated_fields: tuple[str, ...] = ()
+    # An Issue update that moved the issue: the state it came from (`updatedFrom.stateId`).
+    previous_state_id: str | None = None
 
 
 class AgentSession(_Frozen):
@@ -92,6 +94,7 @@ class AgentSession(_Frozen):
     prompt_context: str | None = None
     guidance: str | None = None
     signal: str | None = None
+    prompter_id: str | None = None  # the user who wrote a `prompted` activity
 
     @property
     def is_stop(self) -> bool:

@@ -30,6 +30,8 @@ BATCH_MAX_BYTES = 30_000
 OUTPUT_MAX_CHARS = 64_000
 # A turn whose runs keep ending with the process (it may be what kills it) stalls after this.
 MAX_INTERRUPTED_ATTEMPTS = 5
+# An execution turn (a planning route's, under its lease) runs at most this many times.
+MAX_LEASED_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class ClaimedTurn:
     inbox_headlines: tuple[str, ...] = ()
     workspace_branch: str | None = None
     runner_session: str | None = None  # the agent CLI's own session, to resume
+    agent_session: str | None = None  # the last Linear agent session of the issue
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,8 @@ _WAITING = (DeliveryState.PENDING.value, DeliveryState.HELD.value)
 
 _CONVERSATION = (
     "SELECT id, kind, terminal, ownership, session_id, route, title, issue_id, issue_identifier,"
-    " tainted, workspace_branch, workspace_cleanup, workspace_kept, runner_session"
-    " FROM conversations WHERE id = ?"
+    " tainted, workspace_branch, workspace_cleanup, workspace_kept, runner_session,"
+    " agent_session_id FROM conversations WHERE id = ?"
 )
 # The claim locks its conversation's row (PostgreSQL): admissions of it on other hosts wait,
 # and so does a second claim, which then sees this one's turn.
@@ -134,6 +137,7 @@ class _Conv:
     workspace_cleanup: int
     workspace_kept: str | None
     runner_session: str | None
+    agent_session_id: str | None
 
 
 def _new_id(prefix: str) -> str:
@@ -197,6 +201,7 @@ class Fifo:
             kind=conv.kind, route=conv.route, title=conv.title, issue_id=conv.issue_id,
             issue_identifier=conv.issue_identifier, tainted=bool(conv.tainted), entries=entries,
             workspace_branch=conv.workspace_branch, runner_session=conv.runner_session,
+            agent_session=conv.agent_session_id,
         )
 
     def _claim_slow(self, conversation_id: str, now: int, max_deliveries: int,
@@ -303,6 +308,7 @@ class Fifo:
             inbox_headlines=inbox_headlines,
             workspace_branch=conv.workspace_branch,
             runner_session=conv.runner_session,
+            agent_session=conv.agent_session_id,
         )
 
     def turn_alive(self, turn_id: str) -> bool:
@@ -491,8 +497,13 @@ class Fifo:
                 # Linear asked to stop it and the crash came first: it ends now, not re-run.
                 self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
             if rerun is not None:
-                for turn in t.turns.select().where((t.turns.state == TurnState.RUNNING.value)
-                                                   & (t.turns.attempt < MAX_INTERRUPTED_ATTEMPTS)):
+                g = t.plan_gates
+                leased = t.turns.conversation_id.in_(
+                    g.select(g.conversation_id).where(g.lease_since.is_null(False)))
+                for turn in t.turns.select().where(
+                        (t.turns.state == TurnState.RUNNING.value)
+                        & (t.turns.attempt < MAX_INTERRUPTED_ATTEMPTS)
+                        & ~(leased & (t.turns.attempt >= MAX_LEASED_ATTEMPTS))):
                     sessions = self._sessions_of_turn(turn.id)
                     self._outbox.prepare(rerun.to(sessions, turn.conversation_id), now)
             for conv in t.conversations.select(t.conversations.id, t.conversations.reset_at) \
@@ -505,12 +516,18 @@ class Fifo:
                 (d.state == DeliveryState.CLAIMED.value) & (d.turn_id.is_null() | d.turn_id.not_in(live_turns))
             ).execute()
             was_running = t.turns.state == TurnState.RUNNING.value
-            for turn in t.turns.select().where(was_running & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)):
+            g = t.plan_gates
+            leased = t.turns.conversation_id.in_(
+                g.select(g.conversation_id).where(g.lease_since.is_null(False)))
+            # An execution under a lease resumes fewer times than other turns.
+            too_often = (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS) | (
+                leased & (t.turns.attempt >= MAX_LEASED_ATTEMPTS))
+            for turn in t.turns.select().where(was_running & too_often):
                 if interrupted is not None:
                     self._outbox.prepare(interrupted.to(self._sessions_of_turn(turn.id),
                                                               turn.conversation_id), now)
             t.turns.update(state=TurnState.STALLED.value, last_error="interrupted by restarts") \
-                .where(was_running & (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS)).execute()
+                .where(was_running & too_often).execute()
             t.turns.update(state=TurnState.RETRY.value, next_attempt_at=now, attempt=t.turns.attempt + 1) \
                 .where(was_running).execute()
             return self.conversations_with_work(now)
@@ -569,6 +586,23 @@ class Fifo:
             (d.conversation_id == conversation_id)
             & (self._dialect.json_text(d.envelope, "session_id") == session_id)
         ).exists()
+
+    def stop_running_turn(self, conversation_id: str, now: int) -> bool:
+        """The conversation's turn ends as stopped (its claimed work with it): a planning
+        route's plan was withdrawn under it. Runs inside the admission transaction; True when
+        a running child must be stopped by its actor."""
+        d, tt = self._t.deliveries, self._t.turns
+        turn = tt.get_or_none(tt.conversation_id == conversation_id)
+        if turn is None:
+            return False
+        d.update(state=DeliveryState.COMPLETED.value, completed_at=now,
+                 completion=TurnResultKind.STOPPED.value).where(
+            (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value)).execute()
+        if turn.state != TurnState.RUNNING:
+            self._end(turn.id, TurnResultKind.STOPPED, now, output="the plan was withdrawn")
+            return False
+        tt.update(stop_requested=True).where(tt.id == turn.id).execute()
+        return True
 
     def stop_session(self, conversation_id: str, session_id: str, now: int) -> bool:
         """A stop from Linear: the session's open work ends as stopped; its turn is flagged.

@@ -47,6 +47,20 @@ class EffectKind(StrEnum):
     # A write sent through `linear graphql` whose echo ids cannot tell apart: recorded as an
     # intent before it leaves, never sent by the outbox and never with a body.
     MUTATION = "mutation"
+    # An update wakeline decides itself (an issue's workflow state, its plan comment): sent by
+    # the outbox like the others, and an intent at once, so its echo is known for ours.
+    UPDATE = "update"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """The echo an update will cause, for echo memory: by whom, of what, with which values
+    (`fingerprint`: a digest per written field, never the values)."""
+
+    account: str | None
+    event_kind: str
+    subject: str
+    fingerprint: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -60,9 +74,17 @@ class EffectSpec:
     conversation_id: str | None = None
     # An elicitation's choices, (label, value) each: it goes out with `signal: "select"`.
     options: tuple[tuple[str, str], ...] = ()
+    # An update: the mutation's root field (`issueUpdate`, `commentUpdate`), its input, and
+    # the echo it will cause.
+    update_field: str | None = None
+    update_input: dict[str, Any] | None = None
+    expects: Expectation | None = None
+    effect_id: str | None = None  # chosen by the caller (the plan comment's id is needed at once)
 
     def summary(self) -> str:
         """A body-free description for listings."""
+        if self.kind is EffectKind.UPDATE:
+            return f"{self.update_field} on {self.target} ({', '.join(sorted(self.update_input or {}))})"
         what = f"{self.activity_type} activity" if self.activity_type else "comment"
         return f"{what} on {self.target}"
 
@@ -90,6 +112,8 @@ class PendingEffect:
     body: str
     activity_type: str | None
     options: tuple[tuple[str, str], ...] = ()
+    update_field: str | None = None
+    update_input: dict[str, Any] | None = None
 
 
 _PREPARE = (
@@ -98,6 +122,10 @@ _PREPARE = (
 )
 # `seq` breaks ties within a millisecond: the order they were prepared in (by this process;
 # effects of two hosts in the same millisecond have no order to keep).
+_EXPECTS = (
+    "UPDATE effects SET account = ?, event_kind = ?, event_action = 'update', subject = ?,"
+    " fingerprint = ? WHERE id = ?"
+)
 _PREPARED = (
     "SELECT id, kind, target, body FROM effects WHERE state = 'prepared' AND kind != 'mutation'"
     " ORDER BY created_at, seq LIMIT ?"
@@ -126,14 +154,20 @@ class Outbox:
         """Record effects to send (inside the caller's transaction); returns their ids."""
         ids = []
         for spec in specs:
-            effect_id = str(uuid.uuid4())
+            effect_id = spec.effect_id or str(uuid.uuid4())
             payload: dict[str, Any] = {"type": spec.activity_type, "body": spec.body}
             if spec.options:
                 payload["options"] = [list(o) for o in spec.options]
+            if spec.kind is EffectKind.UPDATE:
+                payload = {"field": spec.update_field, "input": spec.update_input}
             mutation_hash = hashlib.sha256(json.dumps([spec.kind, spec.target, payload]).encode()).hexdigest()
             self._db.execute_sql(_PREPARE, (effect_id, spec.kind.value, spec.conversation_id,
                                             spec.target, spec.summary(), json.dumps(payload),
                                             mutation_hash, now, next(_SEQ)))
+            if spec.expects is not None:
+                x = spec.expects
+                self._db.execute_sql(_EXPECTS, (x.account, x.event_kind, x.subject,
+                                                json.dumps(x.fingerprint), effect_id))
             ids.append(effect_id)
         return ids
 
@@ -147,7 +181,8 @@ class Outbox:
             payload = json.loads(body or "{}")
             out.append(PendingEffect(effect_id, EffectKind(kind), target, payload.get("body", ""),
                                      payload.get("type"),
-                                     tuple((str(o[0]), str(o[1])) for o in payload.get("options") or ())))
+                                     tuple((str(o[0]), str(o[1])) for o in payload.get("options") or ()),
+                                     payload.get("field"), payload.get("input")))
         return out[:limit]
 
     def mark_dispatched(self, effect_id: str, now: int) -> bool:

@@ -28,6 +28,27 @@ class ConversationFacts:
     reset_at: int | None
     ownership: Ownership
     project_id: str | None
+    # Its plan-approve-execute gate (planning routes): the phase, the latest plan revision,
+    # and whether the execution lease is held.
+    plan_phase: str = "none"
+    plan_rev: int = 0
+    leased: bool = False
+
+
+@dataclass(frozen=True)
+class GateChange:
+    """What a delivery does to its issue's plan-approve-execute gate.
+
+    `action`: `request` (plan again; every approval withdrawn, a running turn stopped),
+    `revise` (a comment on the waiting plan), `approve` (take the execution lease; the
+    decision's FIFO entry is the execution request, and `effects` go out only if the lease
+    was free), or `refuse` (a would-be approval that counts for nothing: `reason` says why).
+    """
+
+    action: str
+    approver: str | None = None
+    reason: str | None = None
+    effects: tuple[EffectSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,6 +96,7 @@ class Decision:
         retire_reply: what each agent session whose work terminal intent drops is told.
         unknown_session_reply: what a `prompted` session never seen before is told.
         reset_reply: what a session whose delivery predates a committed reset is told.
+        gate: what the delivery does to a planning route's gate.
     """
 
     outcome: Outcome
@@ -89,6 +111,7 @@ class Decision:
     retire_reply: SessionReply | None = None
     unknown_session_reply: SessionReply | None = None
     reset_reply: SessionReply | None = None
+    gate: GateChange | None = None
 
 
 @dataclass(frozen=True)

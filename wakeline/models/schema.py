@@ -275,7 +275,25 @@ MIGRATIONS.append(
 )
 
 MIGRATIONS.append(
-    # 12: effects keep the order they were prepared in without SQLite's rowid (PostgreSQL has
+    # Plan, approve, execute (routes with `planning`): one gate per issue conversation; the
+    # execution lease is its `lease_since`, so at most one per issue.
+    ["""CREATE TABLE plan_gates (
+            conversation_id TEXT PRIMARY KEY REFERENCES conversations (id),
+            phase TEXT NOT NULL CHECK (phase IN ('none', 'planning', 'awaiting', 'approved')),
+            rev INTEGER NOT NULL DEFAULT 0,
+            plan TEXT,
+            comment_id TEXT,
+            approved_rev INTEGER,
+            approved_by TEXT,
+            approved_plan TEXT,
+            lease_since INTEGER,
+            lease_delivery TEXT,
+            updated_at INTEGER NOT NULL
+        )"""]
+)
+
+MIGRATIONS.append(
+    # 13: effects keep the order they were prepared in without SQLite's rowid (PostgreSQL has
     # none): `seq` breaks ties within a millisecond. Existing rows keep their rowid order.
     [
         "ALTER TABLE effects ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",

@@ -23,6 +23,7 @@ from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
 from wakeline.models.dialect import dialect_of
 from wakeline.models.echoes import Echoes
+from wakeline.models.plan_gate import PlanGates
 from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
@@ -66,8 +67,9 @@ class Store:
         self.inbox = InboxStore(db, self.t)
         self.conversations = ConversationRecords(db, self.t, self.fifo)
         self.echoes = Echoes(db, self.t, self.following)
+        self.gates = PlanGates(db, self.t)
         self._following_default = following_default
-        self._admissions = Admissions(db, self.fifo, self.outbox, following_default)
+        self._admissions = Admissions(db, self.fifo, self.outbox, following_default, self.gates)
 
     @classmethod
     def open(cls, target: Path | str, clock: Clock, following_default: bool = False) -> "Store":

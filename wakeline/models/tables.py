@@ -209,6 +209,25 @@ class Setting(_Table):
         table_name = "settings"
 
 
+class PlanGateRow(_Table):
+    """A planning route's issue: its plan revisions, the approval, the execution lease."""
+
+    conversation_id = TextField(primary_key=True)
+    phase = TextField()
+    rev = IntegerField(default=0)
+    plan = TextField(null=True)
+    comment_id = TextField(null=True)
+    approved_rev = IntegerField(null=True)
+    approved_by = TextField(null=True)
+    approved_plan = TextField(null=True)
+    lease_since = IntegerField(null=True)
+    lease_delivery = TextField(null=True)
+    updated_at = IntegerField()
+
+    class Meta:
+        table_name = "plan_gates"
+
+
 @dataclass(frozen=True)
 class Tables:
     """The models bound to one database."""
@@ -222,6 +241,7 @@ class Tables:
     turn_results: Any
     effects: Any
     held: Any
+    plan_gates: Any
 
 
 def bind_tables(db: Database) -> Tables:
@@ -241,4 +261,5 @@ def bind_tables(db: Database) -> Tables:
         turn_results=bound(TurnResult),
         effects=bound(Effect),
         held=bound(HeldDelivery),
+        plan_gates=bound(PlanGateRow),
     )

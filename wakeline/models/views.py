@@ -9,6 +9,7 @@ from peewee import fn
 
 from wakeline.clock import iso
 from wakeline.models.states import ConversationState, DeliveryState, Ownership, TurnState
+from wakeline.models.plan_gate import Gate, Phase
 from wakeline.models.store import Store
 
 FIFO_SHOWN = 200
@@ -120,6 +121,15 @@ def _workspace(conv: Any) -> dict[str, Any] | None:
             "kept": conv.workspace_kept}
 
 
+def _plan(gate: Gate, running: bool) -> dict[str, Any]:
+    """A planning route's gate: the revision, the phase, the approval, the lease."""
+    phase = Phase.EXECUTING if gate.phase is Phase.APPROVED and running else gate.phase
+    return {"rev": gate.rev, "phase": phase.value, "approvedBy": gate.approved_by,
+            "approvedRev": gate.approved_rev,
+            "lease": {"since": _ms(gate.lease_since), "deliveryId": gate.lease_delivery}
+            if gate.leased else None}
+
+
 def _last_results(store: Store, ids: list[str]) -> dict[str, dict[str, Any]]:
     r = store.t.turn_results
     latest = r.select(fn.MAX(r.id)).where(r.conversation_id.in_(ids)).group_by(r.conversation_id)
@@ -160,4 +170,5 @@ def _show_conversation(store: Store, conversation_id: str) -> dict[str, Any] | N
         .limit(TURNS_SHOWN)
     ]
     view["lastTurn"] = view["turns"][0] if view["turns"] else None
+    view["plan"] = _plan(store.gates.get(conversation_id), running=view["state"] == "running")
     return view

@@ -61,3 +61,30 @@ def test_a_real_cli_works_in_its_session_and_resumes_it(
     resumed = model.turns()[-1]
     assert resumed.history > 2  # the first turn's conversation came along
     assert h.only_conversation()["runnerSession"] == runner_session
+
+
+def test_claude_plans_read_only_and_the_worktree_stays_untouched(
+        harness: Callable[..., Any], model: FakeModel, tmp_path: Path, repo: Path) -> None:
+    from tests.fakes.linear import FakeLinear
+    from tests.fakes.model import WriteFile
+    from tests.helpers import git
+    from tests.integration.actors.test_planning import READY, gate, move, planning_check, team
+
+    executable = require_cli("claude")
+    model.script([WriteFile("planned-change.txt", "must not exist\n"),
+                  Text("1. Read the failing test\n2. Fix the clock\n3. Run the suite")])
+    h = harness("", command=[str(executable), *CLAUDE_COMMAND], env=claude_env(model.url,
+                tmp_path / "agent-home"), output="claude", linear=FakeLinear(teams={"OPS": team()}),
+                routes=[{"name": "ops", "teams": ["OPS"], "mode": "issue", "planning": True,
+                         "repo": str(repo)}])
+    wait_until(lambda: planning_check(h), message="planning set up")
+    h.deliver(move(READY))
+    wait_until(lambda: gate(h)["phase"] == "awaiting", timeout=60, message="the plan was posted")
+    body = next(r.body["variables"]["input"]["body"] for r in h.linear.comments())
+    assert "2. Fix the clock" in body
+    workspace = h.service.config.workspaces_path / h.only_conversation()["id"]
+    assert not (workspace / "planned-change.txt").exists()
+    assert git(workspace, "status", "--porcelain").strip() == ""
+    # Claude ran in its own plan mode: it refused the write itself.
+    refused = str(model.turns()[1].body["messages"][-1])
+    assert "while in plan mode" in refused and "'is_error': True" in refused

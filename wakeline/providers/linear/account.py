@@ -14,6 +14,7 @@ from wakeline.clock import iso
 from wakeline.models.store import Store
 
 ACCOUNT_SETTING = "linear.account"
+VIEWER_QUERY = "query WakelineViewer { viewer { id name } }"
 
 
 def credential_fingerprint(identity: str | None) -> str | None:

@@ -286,8 +286,14 @@ def _data_change(raw: JsonObject, change: DataChangePayload) -> tuple[DataChange
         created_at=change.created_at,
         comment_body=comment_body,
         updated_fields=tuple(sorted(change.updated_from or ())),
+        previous_state_id=_previous_state(change),
     )
     return envelope, _subject(change.organization_id, issue.id if issue else None)
+
+
+def _previous_state(change: DataChangePayload) -> str | None:
+    value = (change.updated_from or {}).get("stateId") if change.type == "Issue" else None
+    return value if isinstance(value, str) and value else None
 
 
 def _agent_session(payload: AgentSessionEventPayload) -> tuple[AgentSession, Subject | None]:
@@ -311,5 +317,6 @@ def _agent_session(payload: AgentSessionEventPayload) -> tuple[AgentSession, Sub
         prompt_context=payload.prompt_context,
         guidance=guidance,
         signal=activity.signal if activity else None,
+        prompter_id=activity.user_id if activity else None,
     )
     return envelope, _subject(payload.organization_id, issue.id if issue else None)

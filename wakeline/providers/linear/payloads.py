@@ -117,6 +117,7 @@ class AgentActivityPayload(_Loose):
     body: str | None = None
     content: ActivityContent | None = None
     signal: str | None = None
+    user_id: str | None = Field(None, alias="userId")  # who wrote the prompt
 
 
 class AgentSessionPayload(_Loose):

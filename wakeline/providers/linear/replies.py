@@ -6,11 +6,13 @@ the caller prepares them in the transaction that made the decision.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Iterable
 
 from wakeline.models.envelopes import AgentSession
-from wakeline.models.outbox import EffectKind, EffectSpec, SessionReply
+from wakeline.models.outbox import EffectKind, EffectSpec, Expectation, SessionReply
 from wakeline.models.states import TurnResultKind
+from wakeline.providers.linear.intents import digest
 
 if TYPE_CHECKING:
     from wakeline.models.fifo import ClaimedTurn
@@ -80,15 +82,17 @@ def for_sessions(sessions: Iterable[str], kind: str, body: str, conversation_id:
 
 
 def turn_result(turn: ClaimedTurn, result: TurnResultKind, output: str, reply: str,
-                options: tuple[tuple[str, str], ...] = ()) -> list[EffectSpec]:
-    """What a finished turn posts: an activity per session; a comment for issue routes that
-    reply. A question with `options` offers them (a `select` in a session, a list in a comment)."""
+                options: tuple[tuple[str, str], ...] = (),
+                sessions: Iterable[str] | None = None) -> list[EffectSpec]:
+    """What a finished turn posts: an activity per session (the turn's own, or `sessions`); a
+    comment for issue routes that reply. A question with `options` offers them (a `select` in
+    a session, a list in a comment)."""
     kind = ACTIVITY_BY_RESULT.get(result)
     if kind is None:
         return []
     body = output.strip() or (EMPTY_RESPONSE if kind == "response" else f"The agent ended with {kind}.")
     options = options if kind == "elicitation" else ()
-    sessions = sessions_of(turn)
+    sessions = list(sessions) if sessions is not None else sessions_of(turn)
     effects = [activity(s, kind, body, turn.conversation_id, options) for s in sessions]
     if not sessions and reply == "comment" and turn.issue_id and kind in ("response", "elicitation"):
         listed = "".join(f"\n- {label} (`{value}`)" for label, value in options)
@@ -102,3 +106,42 @@ def stalled(turn: ClaimedTurn, attempts: int, error: str) -> list[EffectSpec]:
     body = (f"wakeline could not finish this after {attempts} attempts ({error[:300]}). "
             "An operator can retry or abandon it with `wakeline conversations retry|abandon`.")
     return for_sessions(sessions_of(turn), "error", body, turn.conversation_id)
+
+
+# --- plan, approve, execute --------------------------------------------------------------------
+
+PLAN_MARK = "<!-- wakeline:plan rev={rev} -->"
+PLAN_COMMENT_MAX_CHARS = 20_000
+PLAN_OPTIONS = (("Approve", "approve"),)
+PLAN_CUT = ("\n\n…(the plan is longer than a comment holds; the whole plan is in wakeline's "
+            "journal: `wakeline journal`)")
+
+
+def plan_comment_body(rev: int, plan: str) -> str:
+    """The plan comment: marked with its revision, the plan, how to approve or revise."""
+    head = f"{PLAN_MARK.format(rev=rev)}\n**Plan, revision {rev}**\n\n"
+    tail = ("\n\n---\nTo approve it, move this issue to **Approved** (or straight to "
+            "**In Progress**). To change it, reply here.")
+    room = PLAN_COMMENT_MAX_CHARS - len(head) - len(tail)
+    body = plan.strip() if len(plan.strip()) <= room else plan.strip()[: room - len(PLAN_CUT)] + PLAN_CUT
+    return head + body + tail
+
+
+def plan_question(rev: int, plan: str) -> str:
+    """What the agent session asks: approve revision `rev` (a `select` with `approve`)."""
+    return bounded(f"Plan revision {rev} is ready (also posted as a comment on the issue). "
+                   "Approve it to let the agent start, or reply to change it.\n\n" + plan.strip())
+
+
+def plan_comment(issue_id: str, rev: int, plan: str, comment_id: str | None,
+                 account: str | None, conversation_id: str) -> tuple[EffectSpec, str]:
+    """The plan comment's write (created once, then edited in place) and its comment id."""
+    body = plan_comment_body(rev, plan)
+    if comment_id is None:
+        new_id = str(uuid.uuid4())  # the effect's id is the comment's: its echo is known
+        return EffectSpec(EffectKind.COMMENT, issue_id, body, None, conversation_id,
+                          effect_id=new_id), new_id
+    return EffectSpec(EffectKind.UPDATE, comment_id, "", None, conversation_id,
+                      update_field="commentUpdate", update_input={"body": body},
+                      expects=Expectation(account, "Comment", comment_id,
+                                          {"body": digest(body)})), comment_id
