@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # `make test` (and the benchmarks) also install the optional extras the tests exercise
-# (discord.py, matrix-nio); `make run` stays as small as the default install.
+# (discord.py, matrix-nio, DBOS with psycopg); `make run` stays as small as the default install.
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test demo bench fuzz soak clean install
+.PHONY: run test test-postgres demo bench fuzz soak clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test,discord,matrix]'
+	$(BIN)/python -m pip install --quiet -e '.[test,discord,matrix,dbos]'
 	touch $(TEST_STAMP)
 
 install: $(STAMP)
@@ -28,6 +28,12 @@ run: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
+
+# The store-level suites again with the store on PostgreSQL (a throwaway cluster the tests
+# start; engine "dbos"). `make test-postgres PG_TESTS=tests` runs everything there.
+PG_TESTS ?= tests/unit tests/integration
+test-postgres: $(TEST_STAMP)
+	WAKELINE_TEST_DATABASE=postgres $(BIN)/python -m pytest $(PG_TESTS)
 
 demo: $(STAMP)
 	$(BIN)/wakeline demo

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,9 @@ LINEAR_KEY = "lin_api_TESTKEY0123456789abcdefghijkl"
 ORG = "org-test"
 FROZEN_AT = "2026-11-29T12:00:00Z"
 
+# The session's throwaway PostgreSQL cluster (`postgres`, `postgres_url`), started on first use.
+pytest_plugins = ["tests.support.postgres"]
+
 
 @pytest.fixture(autouse=True)
 def _stop_actors() -> Iterator[None]:
@@ -55,9 +59,36 @@ def clock() -> SystemClock:
     return SystemClock()
 
 
+# `WAKELINE_TEST_DATABASE=postgres`: the `config` and `store` fixtures (and so every service a
+# test builds from `make_config`) use a fresh database of the session's throwaway PostgreSQL
+# cluster (engine "dbos"), instead of SQLite in tmp_path. Tests that open a SQLite file by path
+# themselves stay on SQLite.
+TEST_DATABASE_ENV = "WAKELINE_TEST_DATABASE"
+
+
+def on_postgres() -> bool:
+    """Whether this test session runs the store on PostgreSQL."""
+    return os.environ.get(TEST_DATABASE_ENV, "sqlite").lower() in ("postgres", "postgresql")
+
+
+# For a test that reaches into the SQLite file itself (fault injection, a crash simulated by
+# writing the file): it has no PostgreSQL form, so it skips on PostgreSQL, saying why.
+sqlite_only = pytest.mark.skipif(on_postgres(), reason="writes the SQLite file directly")
+
+
 @pytest.fixture
-def make_config(tmp_path: Path) -> Callable[..., Config]:
-    """Build a Config rooted in tmp_path, with free ports; keyword sections override."""
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """A fresh PostgreSQL database's URL when the session runs on PostgreSQL, else None."""
+    return request.getfixturevalue("postgres_url") if on_postgres() else None
+
+
+@pytest.fixture
+def make_config(tmp_path: Path, database_url: str | None,
+                request: pytest.FixtureRequest) -> Callable[..., Config]:
+    """Build a Config rooted in tmp_path, with free ports; keyword sections override.
+
+    On PostgreSQL each state dir gets its own database, as each gets its own SQLite file."""
+    databases: dict[str, str] = {}
 
     def make(**overrides: Any) -> Config:
         raw: dict[str, Any] = {
@@ -67,6 +98,12 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
             # Never Linear itself: port 9 on loopback refuses at once unless a test starts a fake.
             "linear": {"api_url": "http://127.0.0.1:9/graphql"},
         }
+        if database_url is not None:
+            state = str(overrides.get("state_dir", raw["state_dir"]))
+            if state not in databases:
+                databases[state] = database_url if not databases else \
+                    request.getfixturevalue("postgres").create_database()
+            raw["scale"] = {"engine": "dbos", "database_url": databases[state]}
         for key, value in overrides.items():
             if isinstance(value, dict) and isinstance(raw.get(key), dict):
                 raw[key] = {**raw[key], **value}
@@ -108,10 +145,12 @@ def secrets() -> Secrets:
 
 @pytest.fixture
 def store(config: Config, clock: SystemClock) -> Iterator[Store]:
-    """A real SQLite store in tmp_path."""
-    s = Store.open(config.database_path, clock)
+    """A real store: SQLite in tmp_path, or the test's PostgreSQL database."""
+    from wakeline.scheduling import store_target
+
+    s = Store.open(store_target(config), clock)
     yield s
-    s.close()
+    s.dispose()
 
 
 @pytest.fixture

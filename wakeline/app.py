@@ -51,6 +51,7 @@ from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
+from wakeline.scheduling import store_target
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
 from wakeline.ticker import Ticker
 from wakeline.tokens import TokenRegistry
@@ -196,7 +197,9 @@ class Service:
         self.turn_env.forkserver.stop()  # after the slots: their agents had their grace period
         if self.turn_env.runners is not None:
             self.turn_env.runners.shutdown(wait=False, cancel_futures=True)
-        self.store.close()
+        # Every pooled connection closes (on PostgreSQL each holds a server session); a runner
+        # still finishing after its grace fails its last write, and recovery re-runs its turn.
+        self.store.dispose()
         log.info("wakeline stopped")
 
 
@@ -217,7 +220,9 @@ def build_service(
     clock = clock or SystemClock()
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
-    store = Store.open(config.database_path, clock, config.inbox.following)
+    # The state dir holds secrets and the journal whichever backend holds the store.
+    config.state_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store = Store.open(store_target(config, secrets), clock, config.inbox.following)
 
     def depths() -> dict[str, int]:
         counts = store.counts()

@@ -290,6 +290,30 @@ class DiscordConfig(_Section):
     )
 
 
+class ScaleConfig(_Section):
+    """Past one host: the scheduling engine and the database every host shares."""
+
+    engine: Literal["local", "dbos"] = Field(
+        "local", description='"local": one host, SQLite. "dbos": every host shares one PostgreSQL '
+        "database and DBOS schedules the turns.",
+    )
+    database_url: str = Field(
+        "", description='postgresql://... for engine "dbos": the store and the engine\'s tables '
+        "live there. A password in it is a secret: env WAKELINE_DATABASE_URL wins over the file.",
+    )
+    host_id: str = Field("", description="This host's stable id; empty: the hostname.")
+    host_timeout_seconds: int = Field(
+        30, ge=2, le=3600, description="A host silent this long has its turns taken over by another.",
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, url: str) -> str:
+        if url and not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")
+        return url
+
+
 def _default_routes() -> list[RouteConfig]:
     return [RouteConfig(name="default", teams=["ENG"])]
 
@@ -310,6 +334,7 @@ class Config(_Section):
     discord: DiscordConfig = Field(
         default_factory=DiscordConfig, description="Discord control threads."
     )
+    scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Past one host.")
     routes: list[RouteConfig] = Field(
         default_factory=_default_routes, description="Routes; any [[routes]] replaces the default."
     )

@@ -12,6 +12,7 @@ import secrets as _random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
 
@@ -21,6 +22,7 @@ WEBHOOK_SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
 API_KEY_ENV = "WAKELINE_LINEAR_API_KEY"
 CLIENT_SECRET_ENV = "WAKELINE_LINEAR_CLIENT_SECRET"
 DISCORD_TOKEN_ENV = "WAKELINE_DISCORD_TOKEN"
+DATABASE_URL_ENV = "WAKELINE_DATABASE_URL"
 # Learned secrets (rotating app tokens) scrubbed at once; the oldest go first.
 LEARNED_KEPT = 16
 REDACTED = "[redacted]"
@@ -65,6 +67,8 @@ class Secrets:
     # Each Matrix connection's access token, by connection name (`[matrix.connections.NAME]`).
     matrix_tokens: dict[str, SecretStr] = field(default_factory=dict, hash=False)
     discord_token: SecretStr | None = None
+    # The PostgreSQL URL (`scale.database_url`, or the environment's, which wins): its password.
+    database_url: SecretStr | None = None
     _held: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -73,7 +77,11 @@ class Secrets:
     def _fixed(self) -> list[str]:
         found = (self.webhook_secret, self.linear_api_key, self.operator_token, self.client_secret,
                  self.discord_token, *self.matrix_tokens.values())
-        return [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
+        values = [s.get_secret_value() for s in found if s is not None and s.get_secret_value()]
+        password = database_password(self.database_url)
+        if password:
+            values.append(password)
+        return values
 
     def values(self) -> list[str]:
         """The raw secret strings, for scrubbing text that leaves the process (a live list)."""
@@ -116,7 +124,22 @@ def load_secrets(config: Config, environ: dict[str, str]) -> Secrets:
         matrix_tokens={name: token for name, conn in config.matrix.connections.items()
                        if (token := read_secret_file(config.path(conn.access_token_file)))},
         discord_token=pick(DISCORD_TOKEN_ENV, config.discord.token_file),
+        database_url=SecretStr(environ[DATABASE_URL_ENV].strip())
+        if environ.get(DATABASE_URL_ENV, "").strip()
+        else (SecretStr(config.scale.database_url) if config.scale.database_url else None),
     )
+
+
+def database_password(url: SecretStr | str | None) -> str | None:
+    """The password a database URL carries, if any (scrubbed like every other secret)."""
+    if url is None:
+        return None
+    text = url.get_secret_value() if isinstance(url, SecretStr) else url
+    try:
+        password = urlsplit(text).password
+    except ValueError:
+        return None
+    return unquote(password) if password else None
 
 
 def new_token(nbytes: int = 32) -> str:

@@ -24,6 +24,7 @@ from tests.conftest import (
     now_ms,
     session_event,
     signed,
+    sqlite_only,
 )
 from wakeline.admission import AdmissionWriter
 from wakeline.app import Service, build_service
@@ -97,6 +98,7 @@ def ingress_over(store: Store, config: Config) -> Iterator[str]:
         writer.stop()
 
 
+@sqlite_only
 def test_read_only_database_gives_503_and_writes_nothing(config: Config, secrets: Secrets,
                                                          store: Store) -> None:
     """A database refusing writes answers 503 unavailable; the same delivery later is accepted."""
@@ -167,6 +169,7 @@ def failing_inbox_inserts(config: Config) -> Iterator[None]:
         conn.close()
 
 
+@sqlite_only
 def test_a_failure_halfway_through_a_delivery_rolls_all_of_it_back(service: Service, store: Store,
                                                                     config: Config) -> None:
     """The receipt, conversation and FIFO entry written before a failing inbox insert are undone."""
@@ -188,6 +191,7 @@ def test_a_failure_halfway_through_a_delivery_rolls_all_of_it_back(service: Serv
     }
 
 
+@sqlite_only
 def test_one_failing_delivery_does_not_take_its_group_down(config: Config, store: Store) -> None:
     """In one group commit the failing delivery is Unavailable and its neighbours are durable."""
     webhooks = LinearWebhooks(WEBHOOK_SECRET, freshness_seconds=60)

@@ -77,7 +77,7 @@ class Doctor:
             checks.append(_check("state_dir", False, f"{state} does not exist"))
         health = check_store(self._store)
         checks.append(_check("store", health.ok,
-                             f"{config.database_path}: schema {health.schema_version} "
+                             f"{self._store.location}: schema {health.schema_version} "
                              f"(expected {health.expected_version}), quick check {health.quick_check}"))
         checks += self._secret_checks()
         checks += [c.to_json() for c in (*route_checks(config), *command_checks(config),

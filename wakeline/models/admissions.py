@@ -28,20 +28,20 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import sqlite3
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Sequence
 
-from peewee import DatabaseError, SqliteDatabase
+from peewee import Database, DatabaseError
 
 from wakeline.errors import Unavailable
+from wakeline.models.dialect import Dialect, dialect_of
 from wakeline.models.echoes import CANDIDATE_WINDOW_MS, UNRESOLVED, Echoes, IntentRow, explains
 from wakeline.models.envelopes import DataChange, InboundDelivery, Subject, dump_envelope
 from wakeline.models.fifo import Fifo
 from wakeline.models.outbox import EffectSpec, Outbox
 from wakeline.models.plan_gate import PlanGates
 from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
-from wakeline.models.schema import INBOX_CONVERSATION_ID
+from wakeline.models.schema import INBOX_CONVERSATION_ID, INBOX_LOCK
 from wakeline.models.states import ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,11 @@ _FIRST = "SELECT outcome FROM receipts WHERE delivery_id = ? OR body_sha256 = ? 
 # Our own writes: effects, and the objects `linear graphql` mutations created.
 _OWN_WRITES = ("SELECT id, created_at FROM effects WHERE id IN ({marks})"
                " UNION ALL SELECT id, created_at FROM own_creates WHERE id IN ({marks})")
-# A replay conflicts on delivery_id or body_sha256: nothing is written and rowcount is 0.
+# A replay conflicts on delivery_id or body_sha256: nothing is written and no id returned.
 _RECEIPT = (
     "INSERT INTO receipts (delivery_id, body_sha256, event_type, action, received_at, webhook_at,"
     " outcome, reason, conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    " RETURNING id"
 )
 _RECEIPT_CONVERSATION = "UPDATE receipts SET conversation_id = ? WHERE id = ?"
 _INBOX = (
@@ -68,13 +69,15 @@ _INBOX = (
 )
 _DELIVERY = (
     "INSERT INTO deliveries (conversation_id, receipt_id, state, completion, completed_at, envelope,"
-    " headline, received_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " headline, received_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
+# Locked in id order (PostgreSQL): the group's FIFO entries of a conversation take their
+# sequence numbers while no other host's admission or claim of it is in between.
 _FIND_CONVERSATIONS = (
     "SELECT c.key, c.id, c.title, c.terminal, c.reset_at, c.route, c.ownership, c.project_id,"
     " g.phase, g.rev, g.lease_since FROM conversations c"
     " LEFT JOIN plan_gates g ON g.conversation_id = c.id"
-    " WHERE c.namespace = ? AND c.key IN ({marks})"
+    " WHERE c.namespace = ? AND c.key IN ({marks}) ORDER BY c.id{lock}"
 )
 _NEW_CONVERSATION = (
     "INSERT INTO conversations (id, namespace, key, kind, title, route, created_at, updated_at,"
@@ -83,8 +86,8 @@ _NEW_CONVERSATION = (
 )
 _MOVE = (
     "UPDATE conversations SET route = COALESCE(?, route), ownership = ?, project_id = ?,"
-    " tainted = MAX(tainted, ?), ownership_next_at = NULL, ownership_error = NULL, updated_at = ?"
-    " WHERE id = ?"
+    " tainted = CASE WHEN ? = 1 THEN 1 ELSE tainted END, ownership_next_at = NULL,"
+    " ownership_error = NULL, updated_at = ? WHERE id = ?"
 )
 _TERMINAL = (
     "UPDATE conversations SET terminal = 1, outcome = ?, terminal_state_id = ?, done_state_id = ?,"
@@ -148,9 +151,10 @@ class _Conversation:
 class Admissions:
     """Writes admission groups; used by the admission writer thread only."""
 
-    def __init__(self, db: SqliteDatabase, fifo: Fifo, outbox: Outbox, following_default: bool,
+    def __init__(self, db: Database, fifo: Fifo, outbox: Outbox, following_default: bool,
                  gates: PlanGates) -> None:
         self._db = db
+        self._dialect = dialect_of(db)
         self._fifo = fifo
         self._outbox = outbox
         self._gates = gates
@@ -179,11 +183,11 @@ class Admissions:
 
     def _group(self, plans: Sequence[AdmissionPlan]) -> list[AdmissionResult | Unavailable]:
         with self._db.atomic():
-            conn = self._db.connection()
+            conn = self._db.raw()
             # One read per group is one read per delivery: no switch can commit in between.
             following = self._following(conn)
             own = self._own_writes(conn, plans)
-            convs = self._conversations(conn, plans)
+            convs = self._conversations(conn, plans, self._dialect)
             intents = Echoes.intents_for(
                 conn, (p.delivery.evidence.subject for p in plans if p.delivery.evidence))
             results: list[AdmissionResult | Unavailable] = []
@@ -199,12 +203,12 @@ class Admissions:
                     raise _DeliveryFailed() from exc
         return results
 
-    def _following(self, conn: sqlite3.Connection) -> bool:
+    def _following(self, conn: Any) -> bool:
         row = conn.execute(_FOLLOWING, (FOLLOWING_KEY,)).fetchone()
         return bool(json.loads(row[0])) if row else self._following_default
 
     @staticmethod
-    def _own_writes(conn: sqlite3.Connection, plans: Sequence[AdmissionPlan]) -> dict[str, int]:
+    def _own_writes(conn: Any, plans: Sequence[AdmissionPlan]) -> dict[str, int]:
         """When each of our own writes that the group's events name was prepared."""
         ids = list({p.delivery.envelope.object_id for p in plans
                     if isinstance(p.delivery.envelope, DataChange)})
@@ -214,7 +218,7 @@ class Admissions:
         return {row[0]: row[1] for row in rows}
 
     @staticmethod
-    def _conversations(conn: sqlite3.Connection, plans: Sequence[AdmissionPlan]
+    def _conversations(conn: Any, plans: Sequence[AdmissionPlan], dialect: Dialect
                        ) -> dict[Subject, _Conversation]:
         """The existing conversations of the group's subjects, one read per namespace."""
         keys: dict[str, set[str]] = {}
@@ -224,14 +228,15 @@ class Admissions:
                 keys.setdefault(subject.namespace, set()).add(subject.key)
         found: dict[Subject, _Conversation] = {}
         for namespace, wanted in keys.items():
-            sql = _FIND_CONVERSATIONS.format(marks=", ".join("?" * len(wanted)))
-            for key, *row in conn.execute(sql, (namespace, *wanted)):
+            sql = _FIND_CONVERSATIONS.format(marks=", ".join("?" * len(wanted)),
+                                             lock=dialect.for_update_of("c"))
+            for key, *row in conn.execute(sql, (namespace, *wanted)).fetchall():
                 found[Subject(namespace=namespace, key=key)] = _Conversation(
                     row[0], row[1], bool(row[2]), row[3], row[4], Ownership(row[5]), row[6],
                     row[7], row[8], row[9])
         return found
 
-    def _admit(self, conn: sqlite3.Connection, plan: AdmissionPlan, following: bool,
+    def _admit(self, conn: Any, plan: AdmissionPlan, following: bool,
                own: dict[str, int], convs: dict[Subject, _Conversation],
                intents: dict[str, list[IntentRow]]) -> AdmissionResult:
         d, now = plan.delivery, plan.received_ms
@@ -310,7 +315,10 @@ class Admissions:
             Echoes.hold(conn, receipt_id, fifo_id, conversation_id, d.evidence, hold, event,
                         d.headline, now)
         elif event is not None:
-            # Only what arrives while following is on may wake an inbox turn.
+            # Only what arrives while following is on may wake an inbox turn. The cursor is
+            # the id: messages take their ids one transaction at a time across hosts, so none
+            # can commit below a boundary a reader has already passed.
+            self._dialect.lock(self._db, INBOX_LOCK)
             conn.execute(_INBOX, (receipt_id, now, d.headline, event, len(event.encode("utf-8")),
                                   int(following)))
             if following:
@@ -325,7 +333,7 @@ class Admissions:
                                joined=joined, events=tuple(events))
 
     @staticmethod
-    def _duplicate(conn: sqlite3.Connection, d: InboundDelivery) -> AdmissionResult:
+    def _duplicate(conn: Any, d: InboundDelivery) -> AdmissionResult:
         first = conn.execute(_FIRST, (d.delivery_id, d.body_sha256)).fetchone()
         return AdmissionResult(Outcome.DUPLICATE, first_outcome=Outcome(first[0]))
 
@@ -363,17 +371,17 @@ class Admissions:
                                       for i in intents.get(ev.subject, ()))
 
     @staticmethod
-    def _receipt(conn: sqlite3.Connection, plan: AdmissionPlan, outcome: Outcome,
+    def _receipt(conn: Any, plan: AdmissionPlan, outcome: Outcome,
                  reason: str | None, conversation_id: str | None) -> int | None:
         """Insert the receipt; None when the delivery id or body was seen before."""
         d = plan.delivery
-        cursor = conn.execute(_RECEIPT, (d.delivery_id, d.body_sha256, d.event_type, d.action,
-                                         plan.received_ms, d.webhook_ms, outcome.value, reason,
-                                         conversation_id))
-        return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+        rows = conn.execute(_RECEIPT, (d.delivery_id, d.body_sha256, d.event_type, d.action,
+                                       plan.received_ms, d.webhook_ms, outcome.value, reason,
+                                       conversation_id)).fetchall()
+        return int(rows[0][0]) if rows else None
 
     @staticmethod
-    def _enqueue(conn: sqlite3.Connection, conv: _Conversation, plan: AdmissionPlan, receipt_id: int,
+    def _enqueue(conn: Any, conv: _Conversation, plan: AdmissionPlan, receipt_id: int,
                  *, held: bool) -> int | None:
         """Add the FIFO entry (`held`, or pending); its id, or None when it arrived before a
         committed reset and is done already."""
@@ -385,14 +393,14 @@ class Admissions:
         before_reset = conv.reset_at is not None and plan.received_ms <= conv.reset_at
         state = DeliveryState.COMPLETED if before_reset else (
             DeliveryState.HELD if held else DeliveryState.PENDING)
-        cursor = conn.execute(_DELIVERY, (conv.id, receipt_id, state.value,
-                              TurnResultKind.RESET.value if before_reset else None,
-                              plan.received_ms if before_reset else None, envelope, d.headline,
-                              plan.received_ms, len(envelope.encode("utf-8"))))
-        return None if before_reset else int(cursor.lastrowid)
+        rows = conn.execute(_DELIVERY, (conv.id, receipt_id, state.value,
+                            TurnResultKind.RESET.value if before_reset else None,
+                            plan.received_ms if before_reset else None, envelope, d.headline,
+                            plan.received_ms, len(envelope.encode("utf-8")))).fetchall()
+        return None if before_reset else int(rows[0][0])
 
     @staticmethod
-    def _create(conn: sqlite3.Connection, plan: AdmissionPlan, new: NewConversation) -> _Conversation:
+    def _create(conn: Any, plan: AdmissionPlan, new: NewConversation) -> _Conversation:
         subject, now = plan.delivery.subject, plan.received_ms
         assert subject is not None
         envelope = plan.delivery.envelope
@@ -406,7 +414,7 @@ class Admissions:
         return _Conversation(conversation_id, new.title or "", False, None, new.route, new.ownership,
                              new.project_id)
 
-    def _move(self, conn: sqlite3.Connection, conv: _Conversation, move: Move, now: int,
+    def _move(self, conn: Any, conv: _Conversation, move: Move, now: int,
               events: list[tuple[str, str]]) -> bool:
         """A signed payload named the issue's project; True when the conversation may now run."""
         conn.execute(_MOVE, (move.route, move.ownership.value, move.project_id, int(move.tainted),
@@ -452,7 +460,7 @@ class Admissions:
         events.append(("approval_refused", change.reason or "refused"))
         return False, []
 
-    def _apply_lifecycle(self, conn: sqlite3.Connection, conv: _Conversation, decision: Decision,
+    def _apply_lifecycle(self, conn: Any, conv: _Conversation, decision: Decision,
                          now: int, events: list[tuple[str, str]]) -> bool:
         """Record terminal intent (retiring unfinished work) or clear it; True if it changed."""
         lifecycle = decision.lifecycle

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from peewee import SqliteDatabase
+from peewee import Database
 
 from wakeline.models.fifo import Fifo
 from wakeline.models.states import Ownership
@@ -41,7 +41,7 @@ class Cleanup:
 class ConversationRecords:
     """Ownership and workspace records over one database."""
 
-    def __init__(self, db: SqliteDatabase, tables: Tables, fifo: Fifo) -> None:
+    def __init__(self, db: Database, tables: Tables, fifo: Fifo) -> None:
         self._db = db
         self._t = tables
         self._fifo = fifo

@@ -1,22 +1,30 @@
-"""Opening the SQLite database: pragmas, locking and migrations.
+"""Opening the database: SQLite (one host) or PostgreSQL (`scale.engine = "dbos"`).
 
-WAL with `synchronous=FULL` makes every commit durable before it returns;
+SQLite: WAL with `synchronous=FULL` makes every commit durable before it returns;
 write transactions begin IMMEDIATE so a writer takes the lock up front instead
 of failing to upgrade a read lock halfway through. Inside one process the
 writers queue on a lock (`WriterQueueDatabase`), not on SQLite's busy handler.
+
+PostgreSQL: the same schema and queries (`dialect.py` holds what differs), a pooled
+connection per thread, READ COMMITTED transactions. Inside one process writers
+queue on the same lock, so one host behaves exactly as on SQLite; between hosts
+the writers that read before they write lock the rows they change
+(`SELECT ... FOR UPDATE`) or a named advisory lock (`Dialect.lock`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from peewee import SqliteDatabase
-from playhouse.pool import PooledSqliteDatabase
+from peewee import Database
+from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from wakeline.errors import WakelineError
+from wakeline.models.dialect import POSTGRES, SQLITE, Dialect
 from wakeline.models.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -30,7 +38,54 @@ class SchemaTooNew(WakelineError):
     code = "schema_too_new"
 
 
-class WriterQueueDatabase(PooledSqliteDatabase):
+class _WriterQueue:
+    """Writers in this process wait on one lock, woken as the last one commits."""
+
+    dialect: Dialect
+
+    def __init__(self, *args: Any, busy_timeout: float = BUSY_TIMEOUT_SECONDS,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self._writer = threading.Lock()
+        self._writer_wait = busy_timeout
+        self._holder = threading.local()
+
+    def _queue_for_writer(self) -> None:
+        self._holder.held = self._writer.acquire(timeout=self._writer_wait)
+
+    def begin(self, lock_type: str | None = None) -> None:
+        """Queue for the process's writer lock, then BEGIN."""
+        self._queue_for_writer()
+        try:
+            self._begin(lock_type)
+        except BaseException:
+            self._release_writer()
+            raise
+
+    def _begin(self, lock_type: str | None) -> None:
+        super().begin(lock_type)  # type: ignore[misc]
+
+    def commit(self) -> None:
+        """COMMIT, then let the next writer in."""
+        try:
+            super().commit()  # type: ignore[misc]
+        finally:
+            self._release_writer()
+
+    def rollback(self) -> None:
+        """ROLLBACK, then let the next writer in."""
+        try:
+            super().rollback()  # type: ignore[misc]
+        finally:
+            self._release_writer()
+
+    def _release_writer(self) -> None:
+        if getattr(self._holder, "held", False):
+            self._holder.held = False
+            self._writer.release()
+
+
+class WriterQueueDatabase(_WriterQueue, PooledSqliteDatabase):
     """SQLite whose writers in this process wait on one lock, woken as the last one commits.
 
     Connections are pooled: a thread's `close()` hands its connection back for the next
@@ -44,44 +99,84 @@ class WriterQueueDatabase(PooledSqliteDatabase):
     the busy handler; after `busy_timeout` a thread stops waiting here and does too.
     """
 
-    def __init__(self, *args: Any, busy_timeout: float = BUSY_TIMEOUT_SECONDS,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._writer = threading.Lock()
-        self._writer_wait = busy_timeout
-        self._holder = threading.local()
+    dialect = SQLITE
+
+    def raw(self) -> Any:
+        """What the hot paths run fixed SQL on: the connection itself, with no layer between."""
+        return self.connection()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one committed state: a deferred read transaction, which takes
+        no writer lock (inside a transaction already, that one is the snapshot)."""
+        conn = self.connection()
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
+
+
+class _Statements:
+    """Fixed SQL run as on a DB-API connection (`execute(sql, params)`), through peewee."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._db.execute_sql(sql, params)
+
+
+class PostgresDatabase(_WriterQueue, PooledPostgresqlDatabase):
+    """PostgreSQL with the same writer queue, fixed SQL translated (`?` -> `%s`).
+
+    `atomic()` begins READ COMMITTED; `atomic("DEFERRED")` (a read snapshot) begins
+    REPEATABLE READ READ ONLY and takes no writer lock.
+    """
+
+    dialect = POSTGRES
 
     def begin(self, lock_type: str | None = None) -> None:
-        """Queue for the process's writer lock, then BEGIN."""
-        self._holder.held = self._writer.acquire(timeout=self._writer_wait)
-        try:
-            super().begin(lock_type)
-        except BaseException:
-            self._release_writer()
-            raise
-
-    def commit(self) -> None:
-        """COMMIT, then let the next writer in."""
-        try:
-            super().commit()
-        finally:
-            self._release_writer()
-
-    def rollback(self) -> None:
-        """ROLLBACK, then let the next writer in."""
-        try:
-            super().rollback()
-        finally:
-            self._release_writer()
-
-    def _release_writer(self) -> None:
-        if getattr(self._holder, "held", False):
+        if lock_type == "DEFERRED":  # a read-only snapshot: no writer to queue behind
             self._holder.held = False
-            self._writer.release()
+            self._begin(lock_type)
+            return
+        super().begin(lock_type)
+
+    def _begin(self, lock_type: str | None) -> None:
+        statement = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" \
+            if lock_type == "DEFERRED" else "BEGIN"
+        self.cursor().execute(statement)
+
+    def execute_sql(self, sql: str, params: Any = None) -> Any:
+        return super().execute_sql(POSTGRES.sql(sql), params)
+
+    def raw(self) -> "_Statements":
+        """What the hot paths run fixed SQL on: `execute_sql`, translated and wrapped."""
+        return _Statements(self)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one committed state (REPEATABLE READ, READ ONLY)."""
+        if self.in_transaction():
+            yield
+            return
+        with self.atomic("DEFERRED"):
+            yield
 
 
-def open_database(path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> SqliteDatabase:
-    """Open (creating if needed) and migrate the database at `path`."""
+def open_database(target: Path | str, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS,
+                  max_connections: int | None = None) -> Database:
+    """Open (creating if needed) and migrate the database: a SQLite file at `target`, or
+    the PostgreSQL database a `postgresql://` URL names."""
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        return open_postgres(target, busy_timeout=busy_timeout, max_connections=max_connections)
+    path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     db = WriterQueueDatabase(
         str(path),
@@ -105,15 +200,43 @@ def open_database(path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> 
     return db
 
 
-def migrate(db: SqliteDatabase) -> int:
-    """Apply every migration the database lacks, each in its own transaction."""
-    version = db.execute_sql("PRAGMA user_version").fetchone()[0]
+def open_postgres(url: str, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS,
+                  max_connections: int | None = None) -> PostgresDatabase:
+    """Open and migrate the PostgreSQL database at `url` (libpq URL; its password a secret)."""
+    db = PostgresDatabase(
+        url.replace("postgres://", "postgresql://", 1),
+        max_connections=max_connections,  # None: one per thread that uses the store, as SQLite
+        stale_timeout=300,
+        busy_timeout=busy_timeout,
+        connect_timeout=10,
+        application_name="wakeline",
+        prefer_psycopg3=True,  # DBOS needs psycopg 3; peewee would pick psycopg2 when present
+    )
+    db.connect(reuse_if_open=True)
+    migrate(db)
+    return db
+
+
+def migrate(db: Database) -> int:
+    """Apply every migration the database lacks, each in its own transaction.
+
+    Hosts that start together on one PostgreSQL database take turns: each migration
+    runs under a lock and re-reads the version inside it.
+    """
+    dialect: Dialect = getattr(db, "dialect", SQLITE)
+    version = dialect.schema_version(db)
     if version > SCHEMA_VERSION:
         raise SchemaTooNew(f"database schema {version} is newer than this wakeline ({SCHEMA_VERSION})")
     for number in range(version + 1, SCHEMA_VERSION + 1):
         with db.atomic():
+            dialect.lock(db, "schema")
+            if dialect.schema_version(db) >= number:
+                continue  # another host applied it while we waited
             for statement in MIGRATIONS[number - 1]:
-                db.execute_sql(statement)
-            db.execute_sql(f"PRAGMA user_version = {number}")
+                sql = dialect.ddl(statement)
+                if sql:
+                    db.execute_sql(sql)
+            dialect.after_migration(db)
+            dialect.set_schema_version(db, number)
         log.info("database migrated", extra={"schema_version": number})
     return SCHEMA_VERSION

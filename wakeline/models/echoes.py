@@ -22,17 +22,17 @@ first one's retained evidence is what proves it ours.
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from peewee import SqliteDatabase
+from peewee import Database
 
 from wakeline.clock import iso
+from wakeline.models.dialect import dialect_of
 from wakeline.models.envelopes import EventEvidence
 from wakeline.models.outbox import EffectKind, EffectState
-from wakeline.models.schema import INBOX_CONVERSATION_ID
+from wakeline.models.schema import INBOX_CONVERSATION_ID, INBOX_LOCK
 from wakeline.models.states import DeliveryState, TurnResultKind
 from wakeline.models.tables import Tables
 
@@ -137,8 +137,9 @@ def evidence_from_json(text: str) -> EventEvidence:
 class Echoes:
     """Intents and held deliveries over one database."""
 
-    def __init__(self, db: SqliteDatabase, tables: Tables, following: Callable[[], bool]) -> None:
+    def __init__(self, db: Database, tables: Tables, following: Callable[[], bool]) -> None:
         self._db = db
+        self._dialect = dialect_of(db)
         self._t = tables
         self._following = following
 
@@ -163,7 +164,7 @@ class Echoes:
         return ids
 
     @staticmethod
-    def intents_for(conn: sqlite3.Connection, subjects: Iterable[str]) -> dict[str, list[IntentRow]]:
+    def intents_for(conn: Any, subjects: Iterable[str]) -> dict[str, list[IntentRow]]:
         """The intents about these subjects (inside the admission transaction)."""
         wanted = list(set(subjects))
         found: dict[str, list[IntentRow]] = {}
@@ -188,7 +189,7 @@ class Echoes:
     # --- held deliveries ---------------------------------------------------------------------
 
     @staticmethod
-    def hold(conn: sqlite3.Connection, receipt_id: int, fifo_id: int | None,
+    def hold(conn: Any, receipt_id: int, fifo_id: int | None,
              conversation_id: str | None, evidence: EventEvidence, intents: Sequence[str],
              inbox_event: str | None, headline: str, received_at: int) -> None:
         """Keep a candidate echo apart until its intents answer (inside admission)."""
@@ -202,11 +203,13 @@ class Echoes:
         h, d = self._t.held, self._t.deliveries
         out = Resolution()
         with self._db.atomic():
+            # One resolver at a time across hosts (PostgreSQL): a hold is settled once.
+            self._dialect.lock(self._db, "echoes")
             held = list(h.select().where(h.state == "held"))
             if not held:
                 return out
             evidence = {row.receipt_id: evidence_from_json(row.evidence) for row in held}
-            intents = self.intents_for(self._db.connection(),
+            intents = self.intents_for(self._db.raw(),
                                        (ev.subject for ev in evidence.values()))
             states = {i.id: i.state for rows in intents.values() for i in rows}
             following = self._following()
@@ -242,6 +245,7 @@ class Echoes:
                     (d.id == row.fifo_id) & (d.state == DeliveryState.HELD.value)).execute():
                 out.wake_ids.append(row.conversation_id)
         if row.inbox_event is not None:
+            self._dialect.lock(self._db, INBOX_LOCK)  # inbox ids commit in order (admissions.py)
             self._t.inbox.insert(receipt_id=row.receipt_id, received_at=row.received_at,
                                  headline=row.headline, event=row.inbox_event,
                                  size_bytes=len(row.inbox_event.encode("utf-8")),

@@ -16,8 +16,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from peewee import Case, SqliteDatabase, fn
+from peewee import Case, Database, fn
 
+from wakeline.models.dialect import dialect_of
 from wakeline.models.envelopes import (AgentSession, ControlMessage, DataChange, MatrixMessage,
                                        parse_envelope)
 from wakeline.models.outbox import EffectSpec, Outbox, SessionReply
@@ -82,6 +83,9 @@ _CONVERSATION = (
     " tainted, workspace_branch, workspace_cleanup, workspace_kept, runner_session,"
     " agent_session_id FROM conversations WHERE id = ?"
 )
+# The claim locks its conversation's row (PostgreSQL): admissions of it on other hosts wait,
+# and so does a second claim, which then sees this one's turn.
+_CONVERSATION_LOCKED = _CONVERSATION + "{lock}"
 _HAS_TURN = "SELECT 1 FROM turns WHERE conversation_id = ?"
 _HEAD = (
     "SELECT id, size_bytes, state, headline, received_at, envelope FROM deliveries"
@@ -96,7 +100,8 @@ _CLAIMED_CONVERSATION = (
     "UPDATE conversations SET session_id = ?, workspace_cleanup = 0, workspace_kept = NULL,"
     " updated_at = ? WHERE id = ?"
 )
-_TURN_OF = "SELECT conversation_id, attempt, started_at FROM turns WHERE id = ?"
+# Locked (PostgreSQL): a turn ends once, whichever host ends it.
+_TURN_OF = "SELECT conversation_id, attempt, started_at FROM turns WHERE id = ?{lock}"
 _COMPLETE_CLAIMS = (
     "UPDATE deliveries SET state = 'completed', completed_at = ?, completion = ?"
     " WHERE turn_id = ? AND state = 'claimed'"
@@ -143,9 +148,12 @@ def _new_id(prefix: str) -> str:
 class Fifo:
     """Claims and their lifecycle over one database."""
 
-    def __init__(self, db: SqliteDatabase, tables: Tables, outbox: Outbox,
+    def __init__(self, db: Database, tables: Tables, outbox: Outbox,
                  following: Callable[[], bool] = lambda: False) -> None:
         self._db = db
+        self._dialect = dialect = dialect_of(db)
+        self._conversation_sql = _CONVERSATION_LOCKED.format(lock=dialect.for_update)
+        self._turn_of_sql = _TURN_OF.format(lock=dialect.for_update)
         self._t = tables
         self._outbox = outbox
         self._following = following
@@ -160,8 +168,8 @@ class Fifo:
         turn waiting for an operator, or a terminal conversation.
         """
         with self._db.atomic():
-            conn = self._db.connection()
-            row = conn.execute(_CONVERSATION, (conversation_id,)).fetchone()
+            conn = self._db.raw()
+            row = conn.execute(self._conversation_sql, (conversation_id,)).fetchone()
             if row is None:
                 return None
             if row[1] == ConversationKind.INBOX or conn.execute(_HAS_TURN, (conversation_id,)).fetchone():
@@ -325,8 +333,8 @@ class Fifo:
 
     def _end(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
              output: str = "") -> bool:
-        conn = self._db.connection()
-        turn = conn.execute(_TURN_OF, (turn_id,)).fetchone()
+        conn = self._db.raw()
+        turn = conn.execute(self._turn_of_sql, (turn_id,)).fetchone()
         if turn is None:
             return False
         conn.execute(_COMPLETE_CLAIMS, (now, result.value, turn_id))
@@ -462,7 +470,7 @@ class Fifo:
             d.update(state=DeliveryState.COMPLETED.value, completed_at=now,
                      completion=TurnResultKind.NOT_OWNED.value)
             .where((d.conversation_id == conversation_id) & (d.state == DeliveryState.PENDING.value)
-                   & (fn.json_extract(d.envelope, "$.kind") == "data_change"))
+                   & (self._dialect.json_text(d.envelope, "kind") == "data_change"))
             .execute()
         )
 
@@ -577,7 +585,7 @@ class Fifo:
         d = self._t.deliveries
         return d.select().where(
             (d.conversation_id == conversation_id)
-            & (fn.json_extract(d.envelope, "$.session_id") == session_id)
+            & (self._dialect.json_text(d.envelope, "session_id") == session_id)
         ).exists()
 
     def stop_running_turn(self, conversation_id: str, now: int) -> bool:
@@ -606,7 +614,7 @@ class Fifo:
         turn carries the session and must be stopped by its actor.
         """
         d, tt = self._t.deliveries, self._t.turns
-        session = fn.json_extract(d.envelope, "$.session_id")
+        session = self._dialect.json_text(d.envelope, "session_id")
         turn = tt.get_or_none(tt.conversation_id == conversation_id)
         carried = turn is not None and d.select().where(
             (d.turn_id == turn.id) & (d.state == DeliveryState.CLAIMED.value) & (session == session_id)

@@ -12,7 +12,7 @@ from wakeline.models.store import Store
 
 @dataclass(frozen=True)
 class StoreHealth:
-    """The schema version on disk, the one this code expects, and SQLite's quick check."""
+    """The schema version on disk, the one this code expects, and the backend's quick check."""
 
     schema_version: int
     expected_version: int
@@ -25,10 +25,11 @@ class StoreHealth:
 
 
 def check_store(store: Store) -> StoreHealth:
-    """Run `PRAGMA user_version` and `PRAGMA quick_check(1)` (reads only, no lock taken)."""
+    """Read the schema version and run the backend's quick check (reads only, no lock taken):
+    SQLite's `PRAGMA quick_check(1)`, a round trip on PostgreSQL."""
     try:
-        version = store.db.execute_sql("PRAGMA user_version").fetchone()[0]
-        verdict = store.db.execute_sql("PRAGMA quick_check(1)").fetchone()[0]
+        version = store.dialect.schema_version(store.db)
+        verdict = store.dialect.quick_check(store.db)
     except DatabaseError as exc:
         return StoreHealth(-1, SCHEMA_VERSION, f"cannot read the database ({exc.__class__.__name__})")
     return StoreHealth(int(version), SCHEMA_VERSION, str(verdict))

@@ -21,9 +21,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from peewee import Case, SqliteDatabase, fn
+from peewee import Case, Database, fn
 
 from wakeline.errors import NotShown
+from wakeline.models.dialect import dialect_of
+from wakeline.models.schema import INBOX_LOCK
 from wakeline.models.tables import Tables
 
 ACK_CURSOR_KEY = "inbox.ack_cursor"
@@ -74,8 +76,9 @@ class AckResult:
 class InboxStore:
     """The inbox tables over one database."""
 
-    def __init__(self, db: SqliteDatabase, tables: Tables) -> None:
+    def __init__(self, db: Database, tables: Tables) -> None:
         self._db = db
+        self._dialect = dialect_of(db)
         self._t = tables
 
     # --- reads -----------------------------------------------------------------------------
@@ -157,8 +160,8 @@ class InboxStore:
             return
         values = ", ".join("(?)" for _ in cursors)
         with self._db.atomic():
-            self._db.execute_sql(f"INSERT OR IGNORE INTO inbox_shown (id) VALUES {values}",
-                                 tuple(cursors))
+            self._db.execute_sql(f"INSERT INTO inbox_shown (id) VALUES {values}"
+                                 " ON CONFLICT DO NOTHING", tuple(cursors))
 
     def _is_shown(self, cursor: int) -> bool:
         return self._db.execute_sql(
@@ -175,12 +178,14 @@ class InboxStore:
         """
         s = self._t.settings
         with self._db.atomic():
+            self._dialect.lock(self._db, INBOX_LOCK)  # the boundary only moves forward
             ack = self.ack_cursor()
             if cursor <= ack:
                 return AckResult(ack, self.unread_count(ack), moved=False)
             if not self._is_shown(cursor):
                 raise NotShown(f"cursor {cursor} is not a message a read has shown", cursor=cursor)
-            s.insert(key=ACK_CURSOR_KEY, value=json.dumps(cursor)).on_conflict_replace().execute()
+            s.insert(key=ACK_CURSOR_KEY, value=json.dumps(cursor)).on_conflict(
+                conflict_target=[s.key], update={s.value: json.dumps(cursor)}).execute()
             return AckResult(cursor, self.unread_count(cursor), moved=True)
 
     def prune(self, now: int, *, batch: int = PRUNE_BATCH) -> int:
@@ -191,6 +196,7 @@ class InboxStore:
         boundary go too (they can no longer matter). Returns how many messages were deleted.
         """
         with self._db.atomic():
+            self._dialect.lock(self._db, INBOX_LOCK)
             ack = self.ack_cursor()
             self._db.execute_sql(
                 """DELETE FROM inbox_shown WHERE id IN (
@@ -218,8 +224,9 @@ class InboxStore:
             if deleted < batch:
                 deleted += self._db.execute_sql(
                     """DELETE FROM inbox_messages WHERE id IN (
-                           SELECT id FROM inbox_messages INDEXED BY inbox_messages_received
-                           WHERE received_at < ? AND id <= ? ORDER BY id LIMIT ?)""",
+                           SELECT id FROM inbox_messages{hint}
+                           WHERE received_at < ? AND id <= ? ORDER BY id LIMIT ?)""".format(
+                        hint=self._dialect.indexed_by("inbox_messages_received")),
                     (cutoff, ack, batch - deleted),
                 ).rowcount
             return int(deleted)

@@ -15,13 +15,14 @@ effect settles; a hash of it stays for investigations.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Iterable
 
-from peewee import SqliteDatabase
+from peewee import Database
 
 from wakeline.clock import iso
 from wakeline.models.tables import Tables
@@ -117,16 +118,19 @@ class PendingEffect:
 
 _PREPARE = (
     "INSERT INTO effects (id, kind, conversation_id, target, summary, body, mutation_hash, state,"
-    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'prepared', ?)"
+    " created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, 'prepared', ?, ?)"
 )
+# `seq` breaks ties within a millisecond: the order they were prepared in (by this process;
+# effects of two hosts in the same millisecond have no order to keep).
 _EXPECTS = (
     "UPDATE effects SET account = ?, event_kind = ?, event_action = 'update', subject = ?,"
     " fingerprint = ? WHERE id = ?"
 )
 _PREPARED = (
     "SELECT id, kind, target, body FROM effects WHERE state = 'prepared' AND kind != 'mutation'"
-    " ORDER BY created_at, rowid LIMIT ?"  # rowid: the order they were prepared in
+    " ORDER BY created_at, seq LIMIT ?"
 )
+_SEQ = itertools.count(1)
 _DISPATCH = (
     "UPDATE effects SET state = 'dispatched', dispatched_at = ? WHERE id = ? AND state = 'prepared'"
 )
@@ -142,7 +146,7 @@ class Outbox:
     Every turn prepares, sends and settles its replies, so those run fixed SQL.
     """
 
-    def __init__(self, db: SqliteDatabase, tables: Tables) -> None:
+    def __init__(self, db: Database, tables: Tables) -> None:
         self._db = db
         self._t = tables
 
@@ -159,7 +163,7 @@ class Outbox:
             mutation_hash = hashlib.sha256(json.dumps([spec.kind, spec.target, payload]).encode()).hexdigest()
             self._db.execute_sql(_PREPARE, (effect_id, spec.kind.value, spec.conversation_id,
                                             spec.target, spec.summary(), json.dumps(payload),
-                                            mutation_hash, now))
+                                            mutation_hash, now, next(_SEQ)))
             if spec.expects is not None:
                 x = spec.expects
                 self._db.execute_sql(_EXPECTS, (x.account, x.event_kind, x.subject,

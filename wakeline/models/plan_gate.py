@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from peewee import SqliteDatabase
+from peewee import Database
 
 from wakeline.models.tables import Tables
 
@@ -62,7 +62,7 @@ NO_GATE = Gate("", Phase.NONE, 0, None, None, None, None, None, None, None)
 class PlanGates:
     """Gate rows over one database; every write joins the caller's transaction."""
 
-    def __init__(self, db: SqliteDatabase, tables: Tables) -> None:
+    def __init__(self, db: Database, tables: Tables) -> None:
         self._db = db
         self._t = tables
 

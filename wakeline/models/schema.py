@@ -1,14 +1,27 @@
 """The versioned schema: each migration is a list of SQL statements.
 
-`PRAGMA user_version` records how many migrations a database has applied; a
-newer database than this code knows refuses to open rather than guess.
+The schema version (SQLite's `PRAGMA user_version`, PostgreSQL's `wakeline_schema`
+table) records how many migrations a database has applied; a newer database than
+this code knows refuses to open rather than guess.
+
+One schema for both backends: statements are written in SQLite's dialect and
+`dialect.PostgresDialect.ddl` translates them (`INTEGER` -> `BIGINT`, an `id INTEGER
+PRIMARY KEY` -> an identity, `julianday('now')`); a statement using anything else
+SQLite-only is refused there (tests/unit/models/test_dialect.py runs every migration
+through it). What no rule can translate is written per dialect, as
+`{"sqlite": ..., "postgresql": ...}`.
 """
 
 from __future__ import annotations
 
-INBOX_CONVERSATION_ID = "linear-inbox"
+from wakeline.models.dialect import Statement
 
-MIGRATIONS: list[list[str]] = [
+INBOX_CONVERSATION_ID = "linear-inbox"
+# The named lock (PostgreSQL) under which inbox messages take their ids and the read boundary
+# moves: the id is the cursor, so ids must commit in order.
+INBOX_LOCK = "inbox"
+
+MIGRATIONS: list[list[Statement]] = [
     # 1: receipts, conversations, the per-conversation FIFO, the inbox, settings.
     [
         """CREATE TABLE conversations (
@@ -332,6 +345,15 @@ MIGRATIONS.append(
             updated_at INTEGER NOT NULL,
             UNIQUE (provider, thread_id)
         )""",
+    ]
+)
+
+MIGRATIONS.append(
+    # Effects keep the order they were prepared in without SQLite's rowid (PostgreSQL has
+    # none): `seq` breaks ties within a millisecond. Existing rows keep their rowid order.
+    [
+        "ALTER TABLE effects ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
+        {"sqlite": "UPDATE effects SET seq = rowid WHERE state = 'prepared'", "postgresql": None},
     ]
 )
 

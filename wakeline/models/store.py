@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from peewee import SqliteDatabase, fn
+from peewee import Database, fn
 
 from wakeline.clock import Clock
 from wakeline.errors import Unavailable
@@ -23,6 +23,7 @@ from wakeline.models.approvals import Approvals
 from wakeline.models.bindings import Bindings
 from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
+from wakeline.models.dialect import dialect_of
 from wakeline.models.echoes import Echoes
 from wakeline.models.plan_gate import PlanGates
 from wakeline.models.fifo import Fifo
@@ -58,8 +59,9 @@ class Counts:
 class Store:
     """All durable state of one wakeline."""
 
-    def __init__(self, db: SqliteDatabase, clock: Clock, following_default: bool = False) -> None:
+    def __init__(self, db: Database, clock: Clock, following_default: bool = False) -> None:
         self.db = db
+        self.dialect = dialect_of(db)
         self.clock = clock
         self._relaxed = threading.local()
         self.t: Tables = bind_tables(db)
@@ -77,9 +79,15 @@ class Store:
         self.approvals = Approvals(db)
 
     @classmethod
-    def open(cls, path: Path, clock: Clock, following_default: bool = False) -> "Store":
-        """Open (creating and migrating as needed) the database at `path`."""
-        return cls(open_database(path), clock, following_default)
+    def open(cls, target: Path | str, clock: Clock, following_default: bool = False) -> "Store":
+        """Open (creating and migrating as needed) the database: a SQLite file at `target`, or
+        the PostgreSQL database of a `postgresql://` URL."""
+        return cls(open_database(target), clock, following_default)
+
+    @property
+    def location(self) -> str:
+        """Where the store lives, for people: the SQLite file, or the URL without a password."""
+        return self.dialect.location(self.db)
 
     def following(self) -> bool:
         """The follow switch: the persisted runtime value, else the configured initial one."""
@@ -104,7 +112,7 @@ class Store:
         and before anything leaves for Linear a FULL commit (dispatch) makes every earlier
         one durable too, since they share one write-ahead log. Admission stays FULL.
         """
-        self.db.execute_sql("PRAGMA synchronous = NORMAL")
+        self.dialect.relax_durability(self.db)
         self._relaxed.on = True
 
     def close(self) -> None:
@@ -112,8 +120,19 @@ class Store:
         if not self.db.is_closed():
             if getattr(self._relaxed, "on", False):
                 self._relaxed.on = False
-                self.db.execute_sql("PRAGMA synchronous = FULL")
+                self.dialect.restore_durability(self.db)
             self.db.close()
+
+    def release_idle(self) -> None:
+        """Hand this thread's connection back and close every idle pooled one (a stopping
+        service: a thread still finishing keeps its own)."""
+        self.close()
+        self.db.close_idle()
+
+    def dispose(self) -> None:
+        """Close every pooled connection, in use or not: only once no thread uses the store."""
+        self.close()
+        self.db.close_all()
 
     # --- admission -----------------------------------------------------------------------
 
@@ -128,15 +147,8 @@ class Store:
         """Reads inside see one committed state: a deferred read transaction, which takes
         no writer lock. Without it each read sees the latest commit, so a view could show
         a turn's result beside the turn still running."""
-        conn = self.db.connection()
-        if conn.in_transaction:  # already inside one: it is the snapshot
+        with self.db.snapshot():
             yield
-            return
-        conn.execute("BEGIN DEFERRED")
-        try:
-            yield
-        finally:
-            conn.execute("COMMIT")
 
     def counts(self) -> Counts:
         """Counters for the status page."""
@@ -202,4 +214,5 @@ class Store:
         """Persist a setting."""
         s = self.t.settings
         with self.db.atomic():
-            s.insert(key=key, value=json.dumps(value)).on_conflict_replace().execute()
+            s.insert(key=key, value=json.dumps(value)).on_conflict(
+                conflict_target=[s.key], update={s.value: json.dumps(value)}).execute()

@@ -9,7 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from peewee import BooleanField, Database, IntegerField, Model, TextField
+from peewee import Database, IntegerField, Model, TextField
+
+
+class Flag(IntegerField):
+    """A boolean stored as 0/1 on both backends (SQLite has no other; PostgreSQL keeps the
+    schema's integer columns), read back as a bool: fixed SQL may write `terminal = 1`."""
+
+    def db_value(self, value: Any) -> Any:
+        return None if value is None else int(bool(value))
+
+    def python_value(self, value: Any) -> Any:
+        return None if value is None else bool(value)
 
 
 class _Table(Model):
@@ -30,12 +41,12 @@ class Conversation(_Table):
     updated_at = IntegerField()
     session_id = TextField(null=True)
     reset_at = IntegerField(null=True)
-    terminal = BooleanField(default=False)
+    terminal = Flag(default=False)
     issue_id = TextField(null=True)
     issue_identifier = TextField(null=True)
     agent_session_id = TextField(null=True)
     runner_session = TextField(null=True)
-    tainted = BooleanField(default=False)
+    tainted = Flag(default=False)
     ownership = TextField(default="owned")
     project_id = TextField(null=True)
     ownership_attempts = IntegerField(default=0)
@@ -46,7 +57,7 @@ class Conversation(_Table):
     terminal_state_id = TextField(null=True)
     done_state_id = TextField(null=True)
     workspace_branch = TextField(null=True)
-    workspace_cleanup = BooleanField(default=False)
+    workspace_cleanup = Flag(default=False)
     workspace_kept = TextField(null=True)
 
     class Meta:
@@ -101,7 +112,7 @@ class Turn(_Table):
     started_at = IntegerField(null=True)
     next_attempt_at = IntegerField(null=True)
     last_error = TextField(null=True)
-    stop_requested = BooleanField(default=False)
+    stop_requested = Flag(default=False)
     heartbeat_at = IntegerField(null=True)
 
     class Meta:
@@ -135,9 +146,9 @@ class InboxMessage(_Table):
     headline = TextField()
     event = TextField()
     size_bytes = IntegerField()
-    shown = BooleanField(default=False)
-    surfaced = BooleanField(default=False)
-    wakes = BooleanField(default=False)
+    shown = Flag(default=False)
+    surfaced = Flag(default=False)
+    wakes = Flag(default=False)
     surfaced_by = TextField(null=True)
 
     class Meta:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import comment_event, issue_event
+from tests.conftest import comment_event, issue_event, sqlite_only
 from tests.fakes.linear import FakeLinear
 from tests.helpers import git, wait_until
 
@@ -235,6 +235,7 @@ def test_a_dirty_worktree_is_kept_whole_and_listed(harness: Callable[..., Any], 
     assert (workspace / "agent-notes.txt").exists()
 
 
+@sqlite_only
 def test_a_cleanup_owed_at_a_crash_is_done_at_start_up(harness: Callable[..., Any], repo: Path) -> None:
     h = harness("ok", routes=ops_routes(repo=str(repo)))
     h.deliver(ops_issue(action="create"))

@@ -434,13 +434,15 @@ def test_the_boundary_is_persisted(frozen: Any, operator: Any, store: Store, con
     cursors = admit(store, config, 4)
     read(operator, limit=3)
     ack(operator, cursors[1])
-    other = Store.open(config.database_path, clock)
+    from wakeline.scheduling import store_target
+
+    other = Store.open(store_target(config), clock)  # SQLite, or the test's PostgreSQL database
     try:
         assert other.inbox.ack_cursor() == cursors[1]
         # cursors[2] was shown by a read through the first store.
         assert other.inbox.ack(cursors[2]).ack_cursor == cursors[2]
     finally:
-        other.close()
+        other.dispose()
 
 
 def test_concurrent_acks_end_at_the_highest_and_never_beyond(operator: Any, store: Store,
