@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Callable
 
 from wakeline.clock import Clock, to_ms
-from wakeline.errors import Conflict, NotFound
+from wakeline.errors import BodyChanged, Conflict, NotFound
 from wakeline.journal import excerpt
 from wakeline.models.approvals import DAY_MS, Approval, ApprovalStatus
 from wakeline.models.store import Store
@@ -114,7 +114,8 @@ class ApprovalsService:
 
         Raises:
             NotFound: no such approval.
-            Conflict: it was denied, expired or failed, or `body_sha256` is not its body's.
+            BodyChanged: `body_sha256` is not the hash of its body.
+            Conflict: it was denied, expired or failed.
         """
         return self.decide(approval_id, True, approver, body_sha256=body_sha256)[0]
 
@@ -134,13 +135,13 @@ class ApprovalsService:
 
         Raises:
             NotFound: no such approval.
-            Conflict: the other decision (or an expiry, a send, a failure) came first, or
-                `body_sha256` is not the hash of its body.
+            BodyChanged: `body_sha256` is not the hash of its body.
+            Conflict: the other decision (or an expiry, a send, a failure) came first.
         """
         approval = self.get(approval_id)
         if approve and body_sha256 is not None and body_sha256 != approval.body_sha256:
-            raise Conflict("the body differs from the one you were shown: nothing approved",
-                           status=approval.status.value)
+            raise BodyChanged("the body differs from the one you were shown: nothing approved",
+                              status=approval.status.value)
         wanted = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
         decided, changed = self._store.approvals.decide(approval_id, wanted, who, self._now())
         assert decided is not None
