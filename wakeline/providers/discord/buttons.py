@@ -93,7 +93,8 @@ def status_label(approval: Approval) -> str:
 def post_parts(approval: Approval) -> list[str]:
     """The post's messages, in order, each at most 2,000 characters; the buttons go on the
     last. The body is shown whole, escaped, after a header naming room, route and id."""
-    header = texts.PROPOSAL_HEADER.format(room=texts.escape_markdown(approval.room_id),
+    # The room id goes in a code span, where Discord shows every character as it is.
+    header = texts.PROPOSAL_HEADER.format(room=approval.room_id,
                                           route=texts.escape_markdown(approval.route),
                                           id=approval.id)
     footer = texts.PROPOSAL_FOOTER.format(sha=approval.body_sha256[:12], id=approval.id,
