@@ -231,6 +231,11 @@ def test_bang_approve_in_the_thread_approves_and_bang_deny_denies(
     # Commands are not turns: only alice's two messages woke the agent.
     assert len(r.runs()) == 2
     assert world.owner_texts(world.plain) == [(sent["eventId"], REPLY)]
+    # Any other message in the room's thread reaches its agent, as a comment reaches an issue's.
+    fake.post_user_message(thread, PERSON, "keep it short", username="ada")
+    run = wait_until(lambda: r.runs()[2:], WAIT, message="a turn woken by the thread")[0]
+    assert run["conversation"] == first["conversation"]
+    assert run["headlines"] == ["Discord message · - · ada"]
 
 
 def test_a_deny_button_denies_and_the_operator_s_decision_shows_in_the_thread(

@@ -24,9 +24,9 @@ from wakeline.providers.discord import texts
 ACTION_ROW, BUTTON = 1, 2
 SUCCESS, DANGER, SECONDARY = 3, 4, 2
 LABEL_MAX_CHARS = 80
-_CUSTOM_ID = re.compile(r"^wl:(?P<action>approve|deny|done):(?P<id>apr_[0-9a-f]{16})"
-                        r"(?::(?P<sha>[0-9a-f]{64}))?$")
-_APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{16}$")
+_CUSTOM_ID = re.compile(r"wl:(?P<action>approve|deny|done):(?P<id>apr_[0-9a-f]{16})"
+                        r"(?::(?P<sha>[0-9a-f]{64}))?")
+_APPROVAL_ID = re.compile(r"apr_[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def custom_id(action: str, approval: Approval) -> str:
 def parse_custom_id(value: str) -> Button | None:
     """The button a `custom_id` names, or None for anything wakeline did not make: an
     approve without the hash, a deny or done with one, another shape."""
-    match = _CUSTOM_ID.match(value)
+    match = _CUSTOM_ID.fullmatch(value)
     if match is None:
         return None
     action, sha = match.group("action"), match.group("sha")
@@ -59,7 +59,7 @@ def parse_custom_id(value: str) -> Button | None:
 
 def is_approval_id(value: str) -> bool:
     """True for the shape of an approval id (`apr_` and 16 hex digits)."""
-    return bool(_APPROVAL_ID.match(value))
+    return bool(_APPROVAL_ID.fullmatch(value))
 
 
 def components(approval: Approval) -> list[dict[str, Any]]:
