@@ -42,6 +42,7 @@ UPDATE_MESSAGE, CHANNEL_MESSAGE = 7, 4
 EPHEMERAL = 1 << 6
 SEARCH_PAGES = 10  # pages of 100 messages looked through for a post after a restart
 SEARCH_SLACK_MS = 10 * 60_000  # the search starts this long before the proposal (clock skew)
+SHOWN_KEPT = 10_000  # posts remembered; an older one is looked for again when needed
 
 
 class Decider(Protocol):
@@ -74,15 +75,12 @@ class Shown:
             return self._posts.get(approval_id)
 
     def put(self, approval_id: str, post: Post) -> None:
-        """Remember a post."""
+        """Remember a post (the oldest is forgotten past `SHOWN_KEPT`)."""
         with self._lock:
+            self._posts.pop(approval_id, None)
             self._posts[approval_id] = post
-
-    def forget(self, approval_ids: set[str]) -> None:
-        """Forget posts of approvals no longer worth a lookup (settled long ago)."""
-        with self._lock:
-            for approval_id in approval_ids & set(self._posts):
-                del self._posts[approval_id]
+            while len(self._posts) > SHOWN_KEPT:
+                del self._posts[next(iter(self._posts))]
 
 
 def snowflake_at(ms: int) -> int:

@@ -107,8 +107,10 @@ class Keeper:
             if binding is not None:
                 self.desk.show(binding, job.approval_id)
         elif job.kind == "approval_update" and self.desk is not None:
-            binding = self.bindings.of(target.conversation_id)
-            if binding is not None:  # no thread: nothing was shown to update
+            # No thread: nothing was shown to update. Else the thread made ready first (a
+            # week's silence archives it, and an archived thread takes no edit).
+            binding = self.ensure(target) if self.bindings.of(target.conversation_id) else None
+            if binding is not None:
                 self.desk.update(binding, job.approval_id)
                 if job.text:
                     self.post(target, job.text, job.nonce)
