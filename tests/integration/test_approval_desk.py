@@ -216,3 +216,15 @@ def test_config_names_the_control_channel_of_either_kind_of_route(
                            {"name": "bob", "connection": "me", "room_id": "!s"}]})
     assert [config.control_channel(n) for n in ("eng", "alice", "bob", "nope", None)] == \
         ["1", "2", None, None, None]
+
+
+def test_the_desk_remembers_a_bounded_number_of_posts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wakeline.providers.discord import desk
+
+    monkeypatch.setattr(desk, "SHOWN_KEPT", 3)
+    shown = Shown()
+    for n in range(5):
+        shown.put(f"apr_{n:016x}", desk.Post("1", str(n), ""))
+    shown.put(f"apr_{2:016x}", desk.Post("1", "again", ""))  # put again: newest
+    assert [shown.get(f"apr_{n:016x}") is not None for n in range(5)] == \
+        [False, False, True, True, True]

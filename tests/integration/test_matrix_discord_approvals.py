@@ -264,6 +264,17 @@ def test_a_deny_button_denies_and_the_operator_s_decision_shows_in_the_thread(
     assert "is sent: it cannot be denied" in answered(fake, late)["data"]["content"]
     assert approval(r, by_operator["id"])["status"] == "sent"
 
+    # A day passes for a third: the sweep expires it, and the thread and the post say so.
+    expiring = propose(r, world, "three")
+    expiring_post = the_post(fake, thread, expiring["id"])
+    with sqlite3.connect(r.config.database_path) as db:
+        db.execute("UPDATE approvals SET expires_at = 0 WHERE id = ?", (expiring["id"],))
+    r.service.matrix.approvals.sweep()
+    assert expiring["id"] in saying(fake, thread, "expired: nobody decided")
+    wait_until(lambda: [b["label"] for row in fake.message(thread, expiring_post["id"])
+                        ["components"] for b in row["components"]] == ["Expired: not sent"],
+               WAIT, message="the expired post's button")
+
 
 # --------------------------------------------------------------------------------- bad input
 
