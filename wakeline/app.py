@@ -309,13 +309,19 @@ def build_service(
                            source=f"{conversation_id}:lookup")
 
     tracker.subscribe_ownership(ownership_settled)
+
+    def matrix_woke(ids: list[str]) -> None:
+        supervisor.wake.defer(ids)
+        if discord is not None:
+            discord.joined(ids)  # a room's thread, reconciled as after an admission
+
     matrix = None
     if config.matrix.connections:
         # Only now is matrix-nio imported (an optional extra): a Matrix-free wakeline never is.
         from wakeline.providers.matrix.service import MatrixRoutes
 
-        matrix = MatrixRoutes(config, store, clock, secrets, recorder,
-                              lambda ids: supervisor.wake.defer(ids), metrics.registry)
+        matrix = MatrixRoutes(config, store, clock, secrets, recorder, matrix_woke,
+                              metrics.registry)
     echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids),
                                    config.linear.echo_window_seconds * 1000).proxy()
     tracker.subscribe_intents(lambda ids: echo_memory.intents.defer(ids))
@@ -355,7 +361,9 @@ def build_service(
 
     writer = AdmissionWriter(store, batch_max=config.server.admission_batch_max, on_admitted=admitted)
     discord = discord_service(config, secrets, clock, store, writer, supervisor, recorder,
-                              discord_tuning)
+                              discord_tuning, matrix.approvals if matrix is not None else None)
+    if discord is not None and matrix is not None:
+        matrix.approvals.watch(discord.approval_changed)  # Matrix sends, shown and decided
     if discord is not None:
         turn_env.on_finished.append(discord.turn_finished)
         turn_env.on_failed.append(discord.turn_failed)
@@ -447,11 +455,12 @@ def build_service(
 
 def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store,
                     writer: AdmissionWriter, supervisor: Any, recorder: Recorder,
-                    tuning: Any = None) -> Any:
+                    tuning: Any = None, approvals: Any = None) -> Any:
     """Discord control threads (`DiscordService`), or None without a bot token (Discord off:
-    nothing of it, discord.py included, is imported)."""
+    nothing of it, discord.py included, is imported). `approvals`: the Matrix approvals
+    decided in threads."""
     if secrets.discord_token is None:
-        if any(r.discord_channel_id for r in config.routes):
+        if any(r.discord_channel_id for r in [*config.routes, *config.matrix.routes]):
             log.warning("routes name a Discord channel but no bot token is set: Discord is off")
         return None
     from wakeline.providers.discord.service import DiscordService  # only with a token
@@ -463,7 +472,7 @@ def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store
         status=lambda cid: show_conversation(store, cid),
         journal=lambda cid, event, text, source: recorder.lifecycle(cid, event, text,
                                                                     source=source),
-        tuning=tuning)
+        tuning=tuning, approvals=approvals)
 
 
 def arrived_in_thread(delivery: Any, result: Any) -> bool:

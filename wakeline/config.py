@@ -238,6 +238,12 @@ class MatrixRouteConfig(_Section):
         '"on_demand": it is recorded and the cursor advances, but nothing wakes.')
     bridge: str = Field("", pattern=r"^(@[^:\s]+:\S+)?$", description="Optional Matrix user id of a bridge bot that must be "
                         "in the room (the route is switched off when it is not).")
+    discord_channel_id: str = Field(
+        "", pattern=r"^\d{0,25}$",
+        description="Optional Discord text channel id: the room's conversation gets one control "
+        "thread under it, where its proposed sends are approved or denied (needs a [discord] "
+        "token).",
+    )
 
 
 class MatrixConfig(_Section):
@@ -401,6 +407,16 @@ class Config(_Section):
     def route(self, name: str | None) -> RouteConfig | None:
         """The route of this name."""
         return next((r for r in self.routes if r.name == name), None) if name else None
+
+    def matrix_route(self, name: str | None) -> MatrixRouteConfig | None:
+        """The Matrix route of this name."""
+        return next((r for r in self.matrix.routes if r.name == name), None) if name else None
+
+    def control_channel(self, route_name: str | None) -> str | None:
+        """The Discord channel under which the route's conversations get their control thread
+        (a Linear or a Matrix route), or None."""
+        route = self.route(route_name) or self.matrix_route(route_name)
+        return route.discord_channel_id or None if route is not None else None
 
     def agent_output(self, route_name: str | None) -> str:
         """How a route's agent output is read: its own `output`, else `agent.output`."""

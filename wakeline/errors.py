@@ -217,6 +217,13 @@ class RouteOff(WakelineError):
     code = "route_off"
 
 
+class BodyChanged(Conflict):
+    """An approver named the hash of the body they were shown, and it is not the approval's
+    body's (the body changed since, or another was shown): nothing is approved."""
+
+    code = "body_changed"
+
+
 # --- Discord control threads ---------------------------------------------------------------
 
 

@@ -12,6 +12,12 @@ user (`bot_id`) and its application, and answers as Discord does:
   `limit` 1-100; a post with `enforce_nonce` and a nonce already used by its author in that
   channel answers the first message instead of posting again), `GET /guilds/{id}` (its
   roles: `@everyone` and the bot's managed role) and `GET /guilds/{id}/members/{user}`.
+  `PATCH /channels/{id}/messages/{message}` (the bot's own messages: content and components),
+  `POST /interactions/{id}/{token}/callback` (no bot token, as on Discord: the interaction's
+  own token; answered once, within `interaction_deadline_s` of the click, else 10062
+  "Unknown interaction"; types 4 (ephemeral with flag 64), 5, 6 and 7 UPDATE_MESSAGE).
+  A message may carry components (action rows, type 1, of up to five buttons, type 2),
+  checked as Discord checks them (50035 for a bad one).
   Errors use Discord's JSON shape (`{"message", "code"}`, 50035 with
   `errors` for an invalid form body, 10003 for an unknown channel). Every answer carries
   `Via: 1.1 google` and per-route `X-RateLimit-*` headers; a bucket past its limit is
@@ -22,7 +28,9 @@ user (`bot_id`) and its application, and answers as Discord does:
   compressed when the query asks `compress=zlib-stream` (what discord.py 2.7.1 asks) or
   `compress=zstd-stream` (asked when `zstandard` is installed, e.g. `discord.py[speed]`).
   Dispatches honour the IDENTIFY's intents (no MESSAGE_CREATE without GUILD_MESSAGES, empty
-  `content` without MESSAGE_CONTENT for others' messages, as Discord does).
+  `content` without MESSAGE_CONTENT for others' messages, as Discord does). `click` sends an
+  INTERACTION_CREATE (type 3, MESSAGE_COMPONENT) to every session, as Discord sends
+  interactions whatever the intents.
 
 Pointing discord.py 2.7.1 at it: there is no per-client option for either address. Every REST
 route is built from the class attribute `Route.BASE`; a Gateway connection goes to the class
@@ -44,7 +52,8 @@ Test API (callable from any thread): `post_user_message` (with `attachments`),
 `add_text_channel`, `add_thread`, `update_thread`, `delete_channel`, `channel`, `messages`,
 `set_role_permissions`, `set_overwrites`, `requests`, `requests_to`, `rate_limit_next`,
 `fail_next`, `clear_scripts`, `drop_gateway`, `hold_gateway`, `request_reconnect`,
-`identifies`, `resumes`, `gateway_connections`, `session_ids`.
+`identifies`, `resumes`, `gateway_connections`, `session_ids`, `click`, `interactions`
+(each click and the callbacks it got), `message`.
 """
 
 from __future__ import annotations
@@ -93,6 +102,13 @@ MAX_CONTENT = 2000
 # Threads again (as a bot's invite would ask).
 EVERYONE_PERMISSIONS = 1071698660929
 BOT_ROLE_PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 16) | (1 << 34) | (1 << 35) | (1 << 38)
+# Interactions (discord.com/developers/docs/interactions/receiving-and-responding).
+MESSAGE_COMPONENT = 3
+ACTION_ROW, BUTTON = 1, 2
+LINK_BUTTON_STYLE = 5
+EPHEMERAL = 1 << 6
+CALLBACK_TYPES = (4, 5, 6, 7)
+SEND_MESSAGES_IN_THREADS = 1 << 38
 # What a caller may wait for a call onto the fake's loop: generous, only a hung loop hits it.
 CALL_TIMEOUT_S = 10.0
 
@@ -197,6 +213,25 @@ class _Connection:
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass
+class Interaction:
+    """One click as the fake dispatched it, and the callbacks it got (oldest first)."""
+
+    id: str
+    token: str
+    channel_id: str
+    message_id: str
+    user_id: str
+    custom_id: str
+    at: float  # time.monotonic() when dispatched
+    callbacks: list[Json] = field(default_factory=list)  # {"type", "data", "status"}
+
+    @property
+    def answered(self) -> Json | None:
+        """The callback Discord took (the first with a 2xx), or None."""
+        return next((c for c in self.callbacks if 200 <= c["status"] < 300), None)
+
+
 class Gate:
     """Holds every new Gateway connection before its HELLO until `release()`."""
 
@@ -215,7 +250,8 @@ class FakeDiscord:
     def __init__(self, token: str = "fake-bot-token", *, heartbeat_interval_ms: int = 41_250,
                  rate_limit: int = 50, rate_window_s: float = 1.0,
                  allowed_privileged_intents: int = PRIVILEGED_INTENTS,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 interaction_deadline_s: float = 3.0) -> None:
         self.token = token
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rate_limit = rate_limit
@@ -223,6 +259,9 @@ class FakeDiscord:
         # Privileged intents the application is allowed (the developer portal's switches).
         self.allowed_privileged_intents = allowed_privileged_intents
         self._clock = clock
+        # Discord takes an interaction's first answer within 3 s of the click, never later.
+        self.interaction_deadline_s = interaction_deadline_s
+        self._interactions: dict[str, Interaction] = {}
         self._last_id = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -305,6 +344,10 @@ class FakeDiscord:
         app.router.add_post(api + "/channels/{channel_id}/threads", self._post_thread)
         app.router.add_post(api + "/channels/{channel_id}/messages", self._post_message)
         app.router.add_get(api + "/channels/{channel_id}/messages", self._get_messages)
+        app.router.add_patch(api + "/channels/{channel_id}/messages/{message_id}",
+                             self._patch_message)
+        app.router.add_post(api + "/interactions/{interaction_id}/{token}/callback",
+                            self._interaction_callback)
         app.router.add_get(api + "/guilds/{guild_id}", self._get_guild)
         app.router.add_get(api + "/guilds/{guild_id}/members/{user_id}", self._get_member)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -537,9 +580,66 @@ class FakeDiscord:
         """Messages of a channel or thread, oldest first (REST shape)."""
         return self._on_loop(lambda: copy.deepcopy(self._messages.get(channel_id, [])))
 
+    def message(self, channel_id: str, message_id: str) -> Json:
+        """One message as it stands now (REST shape)."""
+        return self._on_loop(lambda: copy.deepcopy(self._find_message(channel_id, message_id)))
+
+    def click(self, channel_id: str, message_id: str, custom_id: str, user_id: str, *,
+              username: str | None = None, bot: bool = False,
+              permissions: int | None = None, stale: bool = False) -> Interaction:
+        """A person (or, with `bot`, a bot) clicks a button of a message: INTERACTION_CREATE
+        (type 3) to every session. Returns the interaction, whose `callbacks` fill in.
+
+        Discord only takes a click on an enabled button the message shows; `stale` sends one
+        anyway, as a client still showing the message before an edit (or a forger) does.
+        `permissions` is the clicker's in the channel (default: everyone's in the guild).
+        """
+        return self._on_loop(self._click, channel_id, message_id, custom_id, user_id, username,
+                             bot, permissions, stale)
+
+    def _click(self, channel_id: str, message_id: str, custom_id: str, user_id: str,
+               username: str | None, bot: bool, permissions: int | None,
+               stale: bool) -> Interaction:
+        channel = self._channels.get(channel_id)
+        if channel is None:
+            raise unknown_channel()
+        message = self._find_message(channel_id, message_id)
+        buttons = [b for row in message["components"] for b in row.get("components", [])]
+        if not stale and not any(b.get("custom_id") == custom_id and not b.get("disabled")
+                                 for b in buttons):
+            raise AssertionError(f"no enabled button {custom_id!r} on message {message_id}")
+        user = self._users.setdefault(user_id, self._user(user_id, username or f"user{user_id}",
+                                                          bot=bot))
+        allowed = EVERYONE_PERMISSIONS if permissions is None else permissions
+        interaction = Interaction(self._next_id(), "aW50ZXJhY3Rpb246" + hashlib.sha1(
+            self._next_id().encode()).hexdigest(), channel_id, message_id, user_id, custom_id,
+            time.monotonic())
+        self._interactions[interaction.id] = interaction
+        payload: Json = {
+            "id": interaction.id, "application_id": self.application_id,
+            "type": MESSAGE_COMPONENT, "token": interaction.token, "version": 1,
+            "data": {"custom_id": custom_id, "component_type": BUTTON},
+            "guild_id": self.guild_id,
+            "guild": {"id": self.guild_id, "locale": "en-US", "features": []},
+            "channel_id": channel_id, "channel": copy.deepcopy(channel),
+            "member": {**self._member(user_id), "user": user, "permissions": str(allowed)},
+            "message": {**copy.deepcopy(message), "guild_id": self.guild_id},
+            "app_permissions": str(EVERYONE_PERMISSIONS | BOT_ROLE_PERMISSIONS),
+            "locale": "en-US", "guild_locale": "en-US", "entitlements": [],
+            "authorizing_integration_owners": {"0": self.guild_id}, "context": 0,
+            "attachment_size_limit": 10_485_760}
+        self._dispatch("INTERACTION_CREATE", payload, 0)
+        return interaction
+
+    @property
+    def interactions(self) -> list[Interaction]:
+        """Every click so far, oldest first, with the callbacks each got."""
+        return self._on_loop(lambda: [copy.deepcopy(i) for i in self._interactions.values()])
+
     def _add_message(self, channel: Json, author_id: str, content: str, *, type_: int = 0,
                      reference: Json | None = None, nonce: Any = None,
-                     attachments: list[Json] | None = None) -> Json:
+                     attachments: list[Json] | None = None,
+                     components: list[Json] | None = None) -> Json:
         mentions = [self._users[uid] for uid in re.findall(r"<@!?(\d+)>", content)
                     if uid in self._users]
         message: Json = {
@@ -548,7 +648,7 @@ class FakeDiscord:
             "edited_timestamp": None, "tts": False, "mention_everyone": False,
             "mentions": mentions, "mention_roles": [], "attachments": attachments or [],
             "embeds": [],
-            "components": [], "pinned": False, "flags": 0}
+            "components": components or [], "pinned": False, "flags": 0}
         if reference is not None:
             message["message_reference"] = reference
         if nonce is not None:
@@ -854,8 +954,10 @@ class FakeDiscord:
                     request.match_info.http_exception.status == 405 else 404
                 raise DiscordError(status, 0, f"{status}: Not Found" if status == 404
                                    else "405: Method Not Allowed")
-            if template != "/gateway" and request.headers.get("Authorization") \
-                    != f"Bot {self.token}":
+            # An interaction's callback is authorised by the interaction's own token, in the
+            # path: Discord takes it without the bot's.
+            if template not in ("/gateway", "/interactions/{interaction_id}/{token}/callback") \
+                    and request.headers.get("Authorization") != f"Bot {self.token}":
                 raise DiscordError(401, 0, "401: Unauthorized")
             scripted = self._scripted(request.method, record.path)
             if scripted is not None:
@@ -990,6 +1092,40 @@ class FakeDiscord:
             raise invalid_form("name", "BASE_TYPE_BAD_LENGTH",
                                "Must be between 1 and 100 in length.")
 
+    @staticmethod
+    def _check_components(components: Any) -> list[Json]:
+        """Message components as Discord checks them: at most five action rows (type 1), each
+        of one to five buttons (type 2) with a label of at most 80 characters and, but for a
+        link button, a `custom_id` of 1-100 characters unique in the message."""
+        if not isinstance(components, list) or len(components) > 5:
+            raise invalid_form("components", "BASE_TYPE_MAX_LENGTH", "Must be 5 or fewer in length.")
+        seen: set[str] = set()
+        for row in components:
+            buttons = row.get("components") if isinstance(row, dict) else None
+            if row.get("type") != ACTION_ROW or not isinstance(buttons, list) \
+                    or not 1 <= len(buttons) <= 5:
+                raise invalid_form("components", "COMPONENT_LAYOUT_WIDTH_EXCEEDED",
+                                   "An action row holds one to five buttons.")
+            for button in buttons:
+                if not isinstance(button, dict) or button.get("type") != BUTTON \
+                        or button.get("style") not in (1, 2, 3, 4, 5, 6):
+                    raise invalid_form("components", "UNION_TYPE_CHOICES",
+                                       "Value of field \"type\" must be one of (2,).")
+                if len(str(button.get("label", ""))) > 80:
+                    raise invalid_form("components", "BASE_TYPE_MAX_LENGTH",
+                                       "Must be 80 or fewer in length.")
+                if button["style"] == LINK_BUTTON_STYLE:
+                    continue
+                custom_id = button.get("custom_id")
+                if not isinstance(custom_id, str) or not 1 <= len(custom_id) <= 100:
+                    raise invalid_form("components", "BASE_TYPE_BAD_LENGTH",
+                                       "Must be between 1 and 100 in length.")
+                if custom_id in seen:
+                    raise invalid_form("components", "COMPONENT_CUSTOM_ID_DUPLICATED",
+                                       "Component custom id cannot be duplicated")
+                seen.add(custom_id)
+        return copy.deepcopy(components)
+
     async def _post_thread(self, request: web.Request) -> web.Response:
         parent = self._channel_or_404(request)
         if parent["type"] != TEXT_CHANNEL:
@@ -1018,6 +1154,7 @@ class FakeDiscord:
                                f"Must be {MAX_CONTENT} or fewer in length.")
         if not content.strip():
             raise DiscordError(400, 50006, "Cannot send an empty message")
+        components = self._check_components(body.get("components", []))
         nonce = body.get("nonce")
         if body.get("enforce_nonce") and nonce is not None:
             # Discord answers a resend of a nonce its author used in the channel (within a few
@@ -1032,7 +1169,7 @@ class FakeDiscord:
             # Sending in an archived, unlocked thread unarchives it.
             self._update_thread(channel["id"], {"archived": False})
         return self._ok(self._add_message(channel, self.bot_id, content,
-                                          nonce=body.get("nonce")))
+                                          nonce=body.get("nonce"), components=components))
 
     async def _get_messages(self, request: web.Request) -> web.Response:
         channel = self._channel_or_404(request)
@@ -1058,6 +1195,77 @@ class FakeDiscord:
             older = [m for m in stored if before is None or int(m["id"]) < before]
             page = older[-limit:]
         return self._ok(list(reversed(page)))
+
+
+    async def _patch_message(self, request: web.Request) -> web.Response:
+        channel = self._channel_or_404(request)
+        body = await self._body(request)
+        message = self._find_message(channel["id"], request.match_info["message_id"])
+        if message["author"]["id"] != self.bot_id:
+            raise DiscordError(403, 50005, "Cannot edit a message authored by another user")
+        return self._ok(self._edit_message(channel, message, body))
+
+    def _find_message(self, channel_id: str, message_id: str) -> Json:
+        found = next((m for m in self._messages.get(channel_id, []) if m["id"] == message_id),
+                     None)
+        if found is None:
+            raise DiscordError(404, 10008, "Unknown Message")
+        return found
+
+    def _edit_message(self, channel: Json, message: Json, fields: Json) -> Json:
+        """Change a message's content and components (what an edit or an UPDATE_MESSAGE
+        callback may change); MESSAGE_UPDATE."""
+        if "content" in fields:
+            content = fields["content"]
+            if not isinstance(content, str) or len(content) > MAX_CONTENT:
+                raise invalid_form("content", "BASE_TYPE_MAX_LENGTH",
+                                   f"Must be {MAX_CONTENT} or fewer in length.")
+            message["content"] = content
+        if "components" in fields:
+            message["components"] = self._check_components(fields["components"])
+        if not message["content"].strip() and not message["components"]:
+            raise DiscordError(400, 50006, "Cannot send an empty message")
+        message["edited_timestamp"] = self._iso()
+        event = {**message, "guild_id": self.guild_id}
+        self._dispatch("MESSAGE_UPDATE", event, INTENT_GUILD_MESSAGES, self._visible_content)
+        return copy.deepcopy(message)
+
+    async def _interaction_callback(self, request: web.Request) -> web.Response:
+        interaction = self._interactions.get(request.match_info["interaction_id"])
+        body = await self._body(request)
+        record: Json = {"type": body.get("type"), "data": body.get("data"), "status": 0}
+        try:
+            if interaction is None or interaction.token != request.match_info["token"] \
+                    or time.monotonic() - interaction.at > self.interaction_deadline_s:
+                raise DiscordError(404, 10062, "Unknown interaction")
+            if interaction.answered is not None:
+                raise DiscordError(400, 40060, "Interaction has already been acknowledged.")
+            kind, data = body.get("type"), body.get("data") or {}
+            if kind not in CALLBACK_TYPES or not isinstance(data, dict):
+                raise invalid_form("type", "BASE_TYPE_CHOICES", "Value must be one of "
+                                   f"{set(CALLBACK_TYPES)}.")
+            channel = self._channels.get(interaction.channel_id)
+            if channel is None:
+                raise unknown_channel()
+            if kind == 7:
+                self._edit_message(channel, self._find_message(channel["id"],
+                                                               interaction.message_id), data)
+            elif kind == 4 and not int(data.get("flags", 0)) & EPHEMERAL:
+                content = data.get("content", "")
+                if not isinstance(content, str) or not content.strip() \
+                        or len(content) > MAX_CONTENT:
+                    raise invalid_form("content", "BASE_TYPE_BAD_LENGTH",
+                                       f"Must be between 1 and {MAX_CONTENT} in length.")
+                self._add_message(channel, self.bot_id, content, type_=20,
+                                  components=self._check_components(data.get("components", [])))
+        except DiscordError as error:
+            record["status"] = error.status
+            if interaction is not None:
+                interaction.callbacks.append(record)
+            raise
+        record["status"] = 204
+        interaction.callbacks.append(record)
+        return web.Response(status=204)
 
 
 class _BucketExhaustedError(DiscordError):

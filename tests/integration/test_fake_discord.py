@@ -512,3 +512,83 @@ def test_a_privileged_intent_the_app_may_not_use_ends_the_client(
     wait_until(lambda: runner.error is not None, message="the client giving up")
     assert isinstance(runner.error, discord.PrivilegedIntentsRequired)
     assert runner.client is not None and runner.client.readies == 0
+
+
+# ----------------------------------------------------------------------------- (e) components
+
+
+def test_a_click_on_discord_py_s_buttons_comes_as_an_interaction_its_answer_edits_the_post(
+        fake: FakeDiscord, connect: Callable[..., ClientThread]) -> None:
+    thread = fake.add_thread(fake.channel_id, "buttons")["id"]
+    clicks: list[tuple[Any, ...]] = []
+
+    class Buttons(discord.ui.View):
+        @discord.ui.button(label="Approve", style=discord.ButtonStyle.success,
+                           custom_id="test:approve")
+        async def approve(self, interaction: discord.Interaction,
+                          button: discord.ui.Button[Any]) -> None:
+            assert interaction.channel is not None and interaction.message is not None
+            clicks.append((interaction.user.id, interaction.user.bot, interaction.channel.id,
+                           interaction.message.id, (interaction.data or {}).get("custom_id"),
+                           interaction.permissions.send_messages_in_threads))
+            button.disabled = True
+            await interaction.response.edit_message(content="approved", view=self)
+
+    runner = connect()
+
+    async def send(client: discord.Client) -> int:
+        channel = await client.fetch_channel(int(thread))
+        assert isinstance(channel, discord.Thread)
+        return (await channel.send("pick one", view=Buttons(timeout=None))).id
+
+    message_id = str(runner.call(send))
+    posted = fake.message(thread, message_id)
+    assert posted["components"][0]["type"] == 1
+    assert [(b["type"], b["custom_id"]) for b in posted["components"][0]["components"]] == \
+        [(2, "test:approve")]
+
+    clicked = fake.click(thread, message_id, "test:approve", PERSON)
+    wait_until(lambda: clicks, message="discord.py's view got the click")
+    assert clicks == [(int(PERSON), False, int(thread), int(message_id), "test:approve", True)]
+    answered = wait_until(lambda: next(i for i in fake.interactions if i.id == clicked.id).answered,
+                          message="the interaction's answer")
+    assert (answered["type"], answered["status"]) == (7, 204)
+    edited = fake.message(thread, message_id)
+    assert edited["content"] == "approved"
+    assert edited["components"][0]["components"][0]["disabled"] is True
+    with pytest.raises(AssertionError, match="no enabled button"):
+        fake.click(thread, message_id, "test:approve", PERSON)  # a disabled button takes none
+
+
+def test_an_interaction_is_answered_once_with_its_own_token_and_in_time(
+        fake: FakeDiscord) -> None:
+    thread = fake.add_thread(fake.channel_id, "buttons")["id"]
+    buttons = [{"type": 1, "components": [
+        {"type": 2, "style": 3, "label": "Yes", "custom_id": "yes"},
+        {"type": 2, "style": 4, "label": "No", "custom_id": "no"}]}]
+    post = requests.post(f"{fake.api_url}/channels/{thread}/messages", timeout=10,
+                         headers=headers(), json={"content": "?", "components": buttons})
+    assert post.status_code == 200
+    bad = requests.post(f"{fake.api_url}/channels/{thread}/messages", timeout=10,
+                        headers=headers(), json={"content": "?", "components": [
+                            {"type": 1, "components": [{"type": 2, "style": 3, "label": "x",
+                                                        "custom_id": "y" * 101}]}]})
+    assert (bad.status_code, bad.json()["code"]) == (400, 50035)
+
+    def callback(interaction: Any, token: str | None = None, **answer: Any) -> requests.Response:
+        # No bot token: an interaction's own token authorises its answer, as on Discord.
+        return requests.post(f"{fake.api_url}/interactions/{interaction.id}/"
+                             f"{token or interaction.token}/callback", json=answer, timeout=10)
+
+    first = fake.click(thread, post.json()["id"], "yes", PERSON)
+    assert callback(first, token="not-its-token", type=6).json()["code"] == 10062
+    only_me = callback(first, type=4, data={"content": "just you", "flags": 64})
+    assert only_me.status_code == 204
+    assert callback(first, type=6).json()["code"] == 40060  # answered once
+    assert "just you" not in [m["content"] for m in fake.messages(thread)]  # ephemeral
+
+    fake.interaction_deadline_s = 0.0  # every answer from now on comes after Discord's 3 s
+    late = fake.click(thread, post.json()["id"], "no", PERSON)
+    assert callback(late, type=6).json()["code"] == 10062
+    assert [(c["type"], c["status"]) for i in fake.interactions for c in i.callbacks] == [
+        (6, 404), (4, 204), (6, 400), (6, 404)]

@@ -176,8 +176,9 @@ WAIT = 30.0
 
 def matrix_config(make_config: Callable[..., Config], world: World, routes: list[dict[str, Any]],
                   agent: list[str] | None = None, more: dict[str, dict[str, Any]] | None = None,
-                  **connection: Any) -> Config:
-    """A config with connection `me` (the world's owner), `more` connections, these routes."""
+                  discord: dict[str, Any] | None = None, **connection: Any) -> Config:
+    """A config with connection `me` (the world's owner), `more` connections, these routes
+    (and a `[discord]` section when given)."""
     me = {"homeserver": world.server.url, "user_id": world.me.user_id,
           "access_token_file": str(world.token_file), "sync_timeout_seconds": 5.0,
           "retry_max_seconds": 1.0, **connection}
@@ -185,7 +186,8 @@ def matrix_config(make_config: Callable[..., Config], world: World, routes: list
         agent={"command": agent or [sys.executable, str(AGENT), "ok"]},
         routes=[{"name": "eng", "teams": ["ENG"]}],
         matrix={"connections": {"me": me, **{name: {**me, **c} for name, c in (more or {}).items()}},
-                "routes": routes})
+                "routes": routes},
+        **({"discord": discord} if discord is not None else {}))
 
 
 def secrets_for(world: World, **tokens: str) -> Secrets:
@@ -199,12 +201,14 @@ def secrets_for(world: World, **tokens: str) -> Secrets:
 class Running:
     """A started service and what the tests ask of it."""
 
-    def __init__(self, config: Config, secrets: Secrets, log: Path) -> None:
+    def __init__(self, config: Config, secrets: Secrets, log: Path,
+                 discord_tuning: Any = None) -> None:
         self.config = config
         self.log = log
         self.service: Service = build_service(config, secrets,
                                               base_env={"FAKE_AGENT_LOG": str(log),
-                                                        "PATH": "/usr/bin:/bin"})
+                                                        "PATH": "/usr/bin:/bin"},
+                                              discord_tuning=discord_tuning)
         self.service.start()
         self.http = http_session(self.service.operator.url)
 
@@ -248,8 +252,8 @@ def world(synapse: Homeserver, tmp_path: Path) -> World:
 def running(tmp_path: Path) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
-    def start(config: Config, secrets: Secrets) -> Running:
-        r = Running(config, secrets, tmp_path / "agent.jsonl")
+    def start(config: Config, secrets: Secrets, discord_tuning: Any = None) -> Running:
+        r = Running(config, secrets, tmp_path / "agent.jsonl", discord_tuning)
         started.append(r)
         try:
             wait_until(r.synced, WAIT, message="the Matrix connection synced")

@@ -475,7 +475,8 @@ class ConversationActor(pykka.ThreadingActor):
             phase = "execute" if gate.leased else "plan"
             plan = gate.approved_plan if gate.leased else gate.plan
             sessions = sessions or ((turn.agent_session,) if turn.agent_session else ())
-        prompt = prompt_for(turn, env.secret_values, phase=phase, plan=plan)
+        prompt = prompt_for(turn, env.secret_values, phase=phase, plan=plan,
+                            room=env.config.matrix_route(turn.route) is not None)
         output = env.config.agent_output(turn.route)
         progress = self._progress_of(turn, sessions)
         guard = _PlanGuard(env, turn) if phase == "plan" else None

@@ -136,7 +136,8 @@ class ControlMessage(_Frozen):
 
     The thread's binding named the conversation before admission, so the message
     carries it; `command` is `stop`, `reset` or `status` when the message is only
-    that command, acted on instead of starting a turn.
+    that command, or `approve` or `deny` for `!approve ID` or `!deny ID` (a Matrix send
+    decided in the thread), acted on instead of starting a turn.
     """
 
     kind: Literal["control_message"] = "control_message"

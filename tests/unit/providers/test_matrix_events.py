@@ -114,3 +114,20 @@ def test_a_room_turn_s_prompt_fences_the_text_bounded() -> None:
     fenced = prompt[prompt.index("<untrusted-data delivery=7"):]
     assert '"sender": "@alice:example.org"' in fenced and '"senderDisplayName": "The Owner"' in fenced
     assert len(fenced) < QUOTE_MAX_CHARS + 200
+
+
+def test_a_room_turn_woken_by_its_control_thread_is_still_a_room_s_turn() -> None:
+    from wakeline.models.envelopes import ControlMessage
+    from wakeline.models.fifo import ClaimedTurn, FifoEntry
+    from wakeline.prompts import prompt_for
+
+    said = ControlMessage(provider="discord", conversation_id="cv_1", thread_id="9",
+                          message_id="10", author_id="42", author_name="ada",
+                          content="keep it short")
+    turn = ClaimedTurn("turn_1", "cv_1", 1, "ses_1", "issue", "alice", "Matrix room alice (!r)",
+                       None, None, True, (FifoEntry(8, "Discord message · - · ada", 1, said),))
+
+    room = prompt_for(turn, [], room=True)
+    assert "wakeline matrix send TEXT" in room and "Linear issue" not in room
+    assert "Discord control thread" in room and '"message": "keep it short"' in room
+    assert "Linear issue" in prompt_for(turn, [])  # what an issue's thread message gets

@@ -16,6 +16,13 @@ ready. After every new session the actor catches up on each open thread's messag
 after the last one it saw, and that thread's live messages wait until the catch-up is
 in, so a thread's messages are admitted in order, each once, and its cursor never
 moves past a message it has not seen.
+
+A Matrix route's proposed sends are shown in its room's thread: each change of an
+approval (told by the approvals service) becomes a lane job that shows the post or
+updates it and says what changed; every `APPROVALS_EVERY_TICKS` (and at start) the
+pending approvals whose post is not known are shown again (the desk looks for it in the
+thread before posting). A click (an interaction) does not wait in a lane: Discord wants
+its answer within 3 s, so it goes to a pool of its own.
 """
 
 from __future__ import annotations
@@ -31,10 +38,12 @@ from wakeline.clock import Clock, to_ms
 from wakeline.config import DiscordConfig
 from wakeline.errors import DiscordError, Unavailable
 from wakeline.models.admissions import AdmissionResult
+from wakeline.models.approvals import Approval, ApprovalStatus
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.states import Outcome
 from wakeline.models.store import Store
-from wakeline.providers.discord import PROVIDER, texts
+from wakeline.providers.discord import PROVIDER, buttons, texts
+from wakeline.providers.discord.buttons import Click
 from wakeline.providers.discord.keeper import Job, Keeper
 from wakeline.providers.discord.lanes import Lanes
 from wakeline.providers.discord.messages import ThreadMessage, plan, to_delivery
@@ -49,6 +58,8 @@ SWEEP_EVERY_TICKS = 120  # about a minute at the ticker's 0.5 s
 ADMIT_RETRY_SECONDS = 1.0  # a thread whose message could not be admitted is fetched again
 HELD_MAX = 10_000  # live messages held across a reconnect; older ones are left to the catch-up
 ANSWERS = {"response", "error", "elicitation"}
+APPROVALS_EVERY_TICKS = 20  # about ten seconds: pending approvals whose post is not known
+CLICK_WORKERS = 2
 
 
 class DiscordControl(pykka.ThreadingActor):
@@ -84,6 +95,8 @@ class DiscordControl(pykka.ThreadingActor):
         self._unbound_logged: set[str] = set()
         self._ticks = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._clicks: ThreadPoolExecutor | None = None
+        self._showing: set[str] = set()  # approvals whose show job waits or runs
         self._me: Any = None
 
     def on_start(self) -> None:
@@ -92,14 +105,17 @@ class DiscordControl(pykka.ThreadingActor):
         threading.current_thread().name = "discord-control"
         self._me = self.actor_ref.proxy()
         self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="discord")
+        self._clicks = ThreadPoolExecutor(CLICK_WORKERS, thread_name_prefix="discord-click")
         self.sweep()
+        self.show_pending()
 
     def on_stop(self) -> None:
         """Cut the REST client's waits short and let calls on the wire finish; what is
         queued is dropped (terminal intent is reapplied at the next start)."""
         self._keeper.rest.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        for pool in (self._pool, self._clicks):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         self._store.close()
 
     def on_failure(self, *args: Any) -> None:
@@ -150,6 +166,36 @@ class DiscordControl(pykka.ThreadingActor):
         if line and self._controlled(conversation_id):
             self._enqueue(Job("post", conversation_id, line))
 
+    def approval_changed(self, approval: Approval) -> None:
+        """A Matrix send was proposed, decided, expired, sent or failed: the conversation's
+        thread shows the proposal, or updates its post and says what changed."""
+        if not self._controlled(approval.conversation_id):
+            return
+        if approval.status is ApprovalStatus.PENDING:
+            self._show(approval.conversation_id, approval.id)
+            return
+        self._enqueue(Job("approval_update", approval.conversation_id,
+                          text=buttons.outcome_line(approval) or "", approval_id=approval.id))
+
+    def show_pending(self) -> None:
+        """Show every pending approval whose post is not known in its conversation's current
+        thread (after a restart, a dropped job, a replaced thread)."""
+        desk = self._keeper.desk
+        if desk is None:
+            return
+        try:
+            pending = self._store.approvals.recent(status=ApprovalStatus.PENDING, limit=1000)
+        except Exception:
+            log.exception("cannot read the pending approvals")
+            return
+        for approval in pending:
+            cid = approval.conversation_id
+            if approval.id in self._showing or not self._controlled(cid):
+                continue
+            post, binding = desk.shown.get(approval.id), self._store.bindings.of(cid)
+            if post is None or binding is None or post.thread_id != binding.thread_id:
+                self._show(cid, approval.id)
+
     # --- the Gateway ------------------------------------------------------------------------
 
     def gateway_message(self, message: ThreadMessage) -> None:
@@ -168,6 +214,12 @@ class DiscordControl(pykka.ThreadingActor):
             held.append(message)
         else:
             self._receive(message)
+
+    def gateway_click(self, click: Click) -> None:
+        """A click on a button: decided and answered at once, beside the lanes."""
+        if self._keeper.desk is None or self._clicks is None:
+            return
+        self._clicks.submit(self._keeper.desk.click, click)
 
     def gateway_disconnected(self) -> None:
         """The connection dropped: what comes next may follow a gap, until it is closed."""
@@ -209,6 +261,8 @@ class DiscordControl(pykka.ThreadingActor):
         self._lanes.pump_all()
         if self._ticks % self._sweep_every == 0:
             self.sweep()
+        if self._ticks % APPROVALS_EVERY_TICKS == 0:
+            self.show_pending()
 
     def sweep(self) -> None:
         """Close every thread whose conversation has terminal intent and that is still open
@@ -238,8 +292,12 @@ class DiscordControl(pykka.ThreadingActor):
             # Live messages are not held behind a failing catch-up: they go in now, and the
             # catch-up, when it gets through, admits what is still missing.
             self._caught_up(job.text, [])
-        if self._lanes.finished(job, error) and job.kind == "catch_up":
+        done = self._lanes.finished(job, error)
+        if done and job.kind == "catch_up":
             self._caught_up(job.text, found)
+        if done and job.kind == "approval_show":
+            # Shown, or given up on: a later `show_pending` tries again while it is pending.
+            self._showing.discard(job.approval_id)
         self._lanes.pump(job.conversation_id)
 
     # --- internals --------------------------------------------------------------------------
@@ -248,8 +306,13 @@ class DiscordControl(pykka.ThreadingActor):
         target = self._store.bindings.target(conversation_id)
         return target is not None and self._keeper.channel_of(target.route) is not None
 
-    def _enqueue(self, job: Job) -> None:
-        self._lanes.add(job)
+    def _enqueue(self, job: Job) -> bool:
+        return self._lanes.add(job)
+
+    def _show(self, cid: str, approval_id: str) -> None:
+        if approval_id not in self._showing and \
+                self._enqueue(Job("approval_show", cid, approval_id=approval_id)):
+            self._showing.add(approval_id)
 
     def _close_once(self, cid: str) -> None:
         """A close, unless one already waits in the conversation's lane."""

@@ -33,9 +33,13 @@ FIND_CHANNEL = ("in Discord, turn on Developer Mode (User Settings > Advanced), 
                 "channel, Copy Channel ID")
 
 
-def routes_with_threads(config: Config) -> list[tuple[int, Any]]:
-    """(index, route) of every route with a `discord_channel_id`."""
-    return [(i, r) for i, r in enumerate(config.routes) if r.discord_channel_id]
+def routes_with_threads(config: Config) -> list[tuple[str, Any]]:
+    """(config key of its channel, route) of every route, Linear's or Matrix's, with a
+    `discord_channel_id`."""
+    return [(f"routes.{i}.discord_channel_id", r) for i, r in enumerate(config.routes)
+            if r.discord_channel_id] + \
+        [(f"matrix.routes.{i}.discord_channel_id", r) for i, r in enumerate(config.matrix.routes)
+         if r.discord_channel_id]
 
 
 def token_check(config: Config, token_set: bool, from_env: bool) -> Check | None:
@@ -108,12 +112,11 @@ def channel_checks(config: Config, rest: DiscordRest) -> list[Check]:
         return [Check("discord_api", False, f"Discord cannot be reached: {exc.detail}",
                       f"check discord.api_url ({config.discord.api_url}) and the network; "
                       "wakeline keeps retrying on its own")]
-    return [_channel(config, rest, index, route, str(me["id"])) for index, route in routes]
+    return [_channel(config, rest, key, route, str(me["id"])) for key, route in routes]
 
 
-def _channel(config: Config, rest: DiscordRest, index: int, route: Any, bot_id: str) -> Check:
+def _channel(config: Config, rest: DiscordRest, key: str, route: Any, bot_id: str) -> Check:
     name = f"route {route.name} discord channel"
-    key = f"routes.{index}.discord_channel_id"
     channel_id = route.discord_channel_id
     try:
         channel = rest.channel(channel_id)

@@ -2,7 +2,9 @@
 
 The only module that imports discord.py (an optional extra), and only imported when a
 bot token is configured. It never touches the store or another actor's state: each
-message becomes a `ThreadMessage` and each new session a notice, told to a sink (the
+message becomes a `ThreadMessage`, each click on a button (an INTERACTION_CREATE of type
+3, which discord.py hands to `on_interaction`; wakeline registers no views, so discord.py
+answers none itself) a `Click`, and each new session a notice, told to a sink (the
 DiscordControl actor's proxy) without waiting.
 
 discord.py 2.7.1 has no per-client setting for either address, so `pointed_at` sets
@@ -36,6 +38,7 @@ with warnings.catch_warnings():
     from discord.http import Route
 
 from wakeline.errors import DiscordUnauthorized
+from wakeline.providers.discord.buttons import Click
 from wakeline.providers.discord.messages import PERSON_TYPES, ThreadMessage, attachment_of
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ class Sink(Protocol):
     """Who the Gateway tells (the DiscordControl proxy: each call is a non-blocking tell)."""
 
     def message(self, message: ThreadMessage) -> None: ...
+    def click(self, click: Click) -> None: ...
     def disconnected(self) -> None: ...
     def ready(self) -> None: ...
     def resumed(self) -> None: ...
@@ -81,6 +85,26 @@ def thread_message(message: discord.Message) -> ThreadMessage:
         attachments=tuple(attachment_of({"filename": a.filename, "url": a.url, "size": a.size,
                                          "content_type": a.content_type})
                           for a in message.attachments))
+
+
+def click_of(interaction: discord.Interaction) -> Click | None:
+    """A click on a message's component, typed; None for any other interaction. The channel
+    is the one the interaction names (discord.py builds it even when not cached), else the
+    message's."""
+    if interaction.type is not discord.InteractionType.component:
+        return None
+    data = interaction.data or {}
+    message = interaction.message
+    channel = interaction.channel or (message.channel if message is not None else None)
+    user = interaction.user
+    return Click(
+        interaction_id=str(interaction.id), token=interaction.token,
+        custom_id=str(data.get("custom_id", "")),
+        channel_id=str(channel.id) if channel is not None else "",
+        message_id=str(message.id) if message is not None else None,
+        guild_id=str(interaction.guild_id) if interaction.guild_id else None,
+        user_id=str(user.id) if user else "", is_bot=bool(getattr(user, "bot", True)),
+        can_post=bool(interaction.permissions.send_messages_in_threads))
 
 
 class _Client(discord.Client):
@@ -120,6 +144,12 @@ class _Client(discord.Client):
         """Every guild message goes to the sink, which decides what counts."""
         if message.guild is not None:
             self._sink.message(thread_message(message))
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A click on a button goes to the sink, which decides and answers it."""
+        click = click_of(interaction)
+        if click is not None:
+            self._sink.click(click)
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         """discord.py waits 5 s before every IDENTIFY but the first (Discord's identify

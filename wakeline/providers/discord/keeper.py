@@ -1,4 +1,5 @@
-"""The thread work of a control: ensure, close, post, catch up, run a command.
+"""The thread work of a control: ensure, close, post, catch up, run a command, and (through
+the desk) show and update a Matrix route's proposed sends.
 
 Each `Job` reconciles one conversation's thread with what the store says now, so a
 job that runs late (after a retry, or behind another job) still does the right
@@ -20,7 +21,9 @@ from wakeline.clock import Clock, to_ms
 from wakeline.config import Config
 from wakeline.errors import Conflict, DiscordRejected, ThreadGone, WakelineError
 from wakeline.models.bindings import Binding, Bindings, ControlTarget
+from wakeline.models.rooms import MATRIX_NAMESPACE
 from wakeline.providers.discord import PROVIDER, texts
+from wakeline.providers.discord.desk import Desk
 from wakeline.providers.discord.messages import ThreadMessage
 from wakeline.providers.discord.rest import DiscordRest
 from wakeline.secrets import redact
@@ -36,11 +39,13 @@ ARCHIVED_THREAD = 50083  # "Operation cannot be performed on an archived thread"
 class Job:
     """One piece of thread work for one conversation.
 
-    `kind`: `ensure`, `close`, `post`, `catch_up` or `command`. A post is an `answer` or
-    a lifecycle `line` (both dropped once the conversation is terminal), or the `closing`
-    line (said only while the conversation is terminal and its thread not closed yet); its
-    `nonce` makes a resend after a lost answer land once. `attempt` and `due` (monotonic
-    seconds) are the control's retry bookkeeping.
+    `kind`: `ensure`, `close`, `post`, `catch_up`, `command`, `approval_show` or
+    `approval_update`. A post is an `answer` or a lifecycle `line` (both dropped once the
+    conversation is terminal), or the `closing` line (said only while the conversation is
+    terminal and its thread not closed yet); its `nonce` makes a resend after a lost answer
+    land once. An approval job names its `approval_id`; an update's `text` is the line that
+    says what changed. `attempt` and `due` (monotonic seconds) are the control's retry
+    bookkeeping.
     """
 
     kind: str
@@ -49,6 +54,7 @@ class Job:
     post_kind: str = "line"
     message: ThreadMessage | None = None
     after: int | None = None  # a catch-up: the cursor when the session began
+    approval_id: str = ""
     nonce: str = field(default_factory=lambda: secrets.token_hex(10))
     attempt: int = 0
     due: float = 0.0
@@ -60,7 +66,8 @@ class Keeper:
 
     `operate` runs an operator command (stop, reset) as the HTTP API would; `status` is
     the conversation's operator view; `journal` records thread lifecycle
-    (conversation id, event, text, source id).
+    (conversation id, event, text, source id); `desk` shows and decides a Matrix route's
+    proposed sends.
     """
 
     rest: DiscordRest
@@ -71,11 +78,12 @@ class Keeper:
     operate: Callable[[str, str], dict[str, Any]] = lambda cid, op: {}
     status: Callable[[str], dict[str, Any] | None] = lambda cid: None
     journal: Callable[[str, str, str, str], None] = lambda cid, event, text, source: None
+    desk: Desk | None = None
 
     def channel_of(self, route: str | None) -> str | None:
-        """The route's parent channel, or None when the route has no control thread."""
-        found = self.config.route(route)
-        return found.discord_channel_id or None if found is not None else None
+        """The route's parent channel (a Linear or a Matrix route's), or None when the route
+        has no control thread."""
+        return self.config.control_channel(route)
 
     def run(self, job: Job) -> list[ThreadMessage]:
         """Do one job; a catch-up returns the messages it found, oldest first."""
@@ -94,6 +102,18 @@ class Keeper:
             return self.catch_up(target, job.after)
         elif job.kind == "command" and job.message is not None:
             self.command(target, job.message, job.nonce)
+        elif job.kind == "approval_show" and self.desk is not None:
+            binding = self.ensure(target)  # a room's first proposal may come before its thread
+            if binding is not None:
+                self.desk.show(binding, job.approval_id)
+        elif job.kind == "approval_update" and self.desk is not None:
+            # No thread: nothing was shown to update. Else the thread made ready first (a
+            # week's silence archives it, and an archived thread takes no edit).
+            binding = self.ensure(target) if self.bindings.of(target.conversation_id) else None
+            if binding is not None:
+                self.desk.update(binding, job.approval_id)
+                if job.text:
+                    self.post(target, job.text, job.nonce)
         return []
 
     # --- ensure and close -----------------------------------------------------------------
@@ -121,14 +141,22 @@ class Keeper:
         return binding
 
     def _open(self, target: ControlTarget, parent: str) -> Binding:
-        title = texts.thread_title(target.issue_identifier, target.title, target.conversation_id)
+        room = _is_room(target)
+        if room:
+            # A room has no issue: the thread is named for its route, `[matrix] alice`.
+            title = texts.thread_title(texts.MATRIX_TAG, target.route, target.conversation_id)
+        else:
+            title = texts.thread_title(target.issue_identifier, target.title,
+                                       target.conversation_id)
         thread = self._create(parent, title)
         binding = Binding(target.conversation_id, PROVIDER, thread.id, parent, title, False, False)
         self.bindings.bind(binding, self._now())
         self._journal(target, "thread_opened", f"Discord thread {thread.id} ({title}) opened.",
                       thread.id)
         issue = target.issue_identifier or target.title or "this conversation"
-        self.rest.post(thread.id, texts.OPENED.format(issue=issue), self._nonce("o"))
+        opening = texts.OPENED_MATRIX.format(route=target.route) if room else \
+            texts.OPENED.format(issue=issue)
+        self.rest.post(thread.id, opening, self._nonce("o"))
         return binding
 
     def _replace(self, target: ControlTarget, binding: Binding, parent: str) -> Binding:
@@ -234,7 +262,13 @@ class Keeper:
         """
         command = message.command
         reply: str | None = None
-        if command == "status":
+        if command in ("approve", "deny"):
+            binding = self.bindings.of(target.conversation_id)
+            if binding is None:
+                return
+            reply = self.desk.command(binding, target.conversation_id, message) \
+                if self.desk is not None else texts.NO_APPROVALS
+        elif command == "status":
             view = self.status(target.conversation_id)
             reply = texts.status_line(view) if view else "No such conversation."
         else:
@@ -259,3 +293,8 @@ class Keeper:
 
     def _journal(self, target: ControlTarget, event: str, text: str, thread_id: str) -> None:
         self.journal(target.conversation_id, event, text, f"{PROVIDER}:{thread_id}:{self._now()}")
+
+
+def _is_room(target: ControlTarget) -> bool:
+    """A Matrix room's conversation (its subject's namespace is `matrix:<connection>`)."""
+    return target.namespace.startswith(MATRIX_NAMESPACE.format(connection=""))

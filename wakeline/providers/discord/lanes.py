@@ -38,23 +38,25 @@ class Lanes:
         self._lanes: dict[str, deque[Job]] = {}
         self._running: set[str] = set()
 
-    def add(self, job: Job) -> None:
+    def add(self, job: Job) -> bool:
         """Queue `job` behind its conversation's work (a catch-up goes first: the thread's
-        live messages wait for it, and it needs nothing that comes before it)."""
+        live messages wait for it, and it needs nothing that comes before it). False when
+        it was dropped (too much waits for the thread)."""
         cid = job.conversation_id
         lane = self._lanes.setdefault(cid, deque())
         waiting = self._waiting(cid)
         if job.kind == "ensure" and waiting and waiting[-1].kind == "ensure":
-            return  # one waiting ensure covers every delivery that lands before it runs
+            return True  # one waiting ensure covers every delivery that lands before it runs
         if len(lane) >= LANE_MAX_JOBS:
             log.warning("discord work dropped: too much waiting for one thread",
                         extra={"conversation_id": cid, "kind": job.kind})
-            return
+            return False
         if job.kind == "catch_up":
             lane.insert(1 if cid in self._running else 0, job)
         else:
             lane.append(job)
         self.pump(cid)
+        return True
 
     def waits(self, cid: str, kind: str) -> bool:
         """True when a job of this kind waits (not running) in the conversation's lane."""

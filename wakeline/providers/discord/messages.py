@@ -6,8 +6,9 @@ Discord shapes stop here. A person's message in a bound thread becomes an
 Gateway resend or a catch-up of a message already admitted is a duplicate. Its
 plan's `decide` joins the bound conversation's FIFO like a Linear comment, records
 it without a turn when the conversation is terminal, and admits a command
-(`!stop`, `!reset`, `!status` alone in a message) without a FIFO entry: the
-control acts on it once it is durable, and only the first time.
+(`!stop`, `!reset`, `!status` alone in a message, or `!approve ID`, `!deny ID`)
+without a FIFO entry: the control acts on it once it is durable, and only the
+first time.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from wakeline.providers.discord import PROVIDER
 DISCORD_EPOCH_MS = 1_420_070_400_000
 EVENT_TYPE = "DiscordMessage"
 COMMANDS = {"!stop": "stop", "!reset": "reset", "!status": "status"}
+# A Matrix route's proposed send, decided in its thread: the word and at most the approval id.
+DECISIONS = {"!approve": "approve", "!deny": "deny"}
 # Message types a person writes: a plain message and a reply. The rest (a thread's
 # creation notice, pins, joins...) are Discord's own.
 PERSON_TYPES = frozenset({0, 19})
@@ -61,8 +64,20 @@ class ThreadMessage:
 
     @property
     def command(self) -> str | None:
-        """`stop`, `reset` or `status` when the message is that command alone."""
-        return COMMANDS.get(self.content.strip().lower())
+        """`stop`, `reset` or `status` when the message is that command alone; `approve` or
+        `deny` when it is `!approve` or `!deny` with at most one word after it."""
+        words = self.content.split()
+        if len(words) == 1 and words[0].lower() in COMMANDS:
+            return COMMANDS[words[0].lower()]
+        if 1 <= len(words) <= 2 and words[0].lower() in DECISIONS:
+            return DECISIONS[words[0].lower()]
+        return None
+
+    @property
+    def argument(self) -> str | None:
+        """The word after `!approve` or `!deny` (the approval id), or None."""
+        words = self.content.split()
+        return words[1] if len(words) == 2 and self.command in ("approve", "deny") else None
 
     @classmethod
     def from_rest(cls, data: dict[str, Any], guild_id: str | None = None) -> ThreadMessage:

@@ -119,19 +119,35 @@ class DiscordRest:
         return Channel.from_json(self._call(Route("PATCH", "/channels/{id}", thread_id),
                                             f"/channels/{thread_id}", json=fields))
 
-    def post(self, channel_id: str, content: str, nonce: str | None = None) -> str:
-        """Post one message (at most 2,000 characters); its id.
+    def post(self, channel_id: str, content: str, nonce: str | None = None, *,
+             components: list[dict[str, Any]] | None = None) -> str:
+        """Post one message (at most 2,000 characters), with its `components` (buttons); its id.
 
         Nobody is pinged whatever the text says (`allowed_mentions` is empty). With a
         `nonce`, Discord answers a resend of the same nonce with the first message instead
         of posting it twice (`enforce_nonce`), so a retry after a lost answer is safe.
         """
         body: dict[str, Any] = {"content": content, "allowed_mentions": {"parse": []}}
+        if components:
+            body["components"] = components
         if nonce:
             body.update(nonce=nonce, enforce_nonce=True)
         answer = self._call(Route("POST", "/channels/{id}/messages", channel_id),
                             f"/channels/{channel_id}/messages", json=body)
         return str(answer["id"])
+
+    def edit_message(self, channel_id: str, message_id: str, **fields: Any) -> None:
+        """Change one of the bot's messages (`content`, `components`)."""
+        self._call(Route("PATCH", "/channels/{id}/messages/{message}", channel_id),
+                   f"/channels/{channel_id}/messages/{message_id}",
+                   json={**fields, "allowed_mentions": {"parse": []}})
+
+    def answer_interaction(self, interaction_id: str, token: str, answer: dict[str, Any]) -> None:
+        """Answer an interaction (`POST /interactions/{id}/{token}/callback`), once, within
+        Discord's 3 s. The token is the interaction's own: it is only ever in the path, and
+        errors name the route's template, never the path."""
+        self._call(Route("POST", "/interactions/{id}/{token}/callback", interaction_id),
+                   f"/interactions/{interaction_id}/{token}/callback", json=answer)
 
     def messages_after(self, channel_id: str, after: int, limit: int = 100) -> list[dict[str, Any]]:
         """Up to `limit` messages right after message id `after`, oldest first."""

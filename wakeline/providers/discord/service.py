@@ -18,9 +18,12 @@ import pykka
 from wakeline.clock import Clock
 from wakeline.config import Config
 from wakeline.models.admissions import AdmissionResult
+from wakeline.models.approvals import Approval
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.store import Store
+from wakeline.providers.discord.buttons import Click
 from wakeline.providers.discord.control import BACKOFF_SECONDS, DiscordControl
+from wakeline.providers.discord.desk import Decider, Desk
 from wakeline.providers.discord.doctor import channel_checks, gateway_check
 from wakeline.providers.discord.keeper import Keeper
 from wakeline.providers.discord.messages import ThreadMessage
@@ -58,6 +61,10 @@ class GatewaySink:
         """A message in a channel of the guild."""
         _tell(self._control.gateway_message, message)
 
+    def click(self, click: Click) -> None:
+        """A click on a button."""
+        _tell(self._control.gateway_click, click)
+
     def ready(self) -> None:
         """A new session."""
         self.state = ("connected", "")
@@ -87,6 +94,8 @@ class DiscordService:
         operate: an operator command (stop, reset) on a conversation, as the API runs it.
         status: a conversation's operator view.
         journal: records a thread's lifecycle (conversation, event, text, source id).
+        approvals: the Matrix approvals (`ApprovalsService`) decided in threads; None
+            without Matrix.
     """
 
     def __init__(self, config: Config, token: str, secret_values: list[str], store: Store,
@@ -94,14 +103,16 @@ class DiscordService:
                  operate: Callable[[str, str], dict[str, Any]],
                  status: Callable[[str], dict[str, Any] | None],
                  journal: Callable[[str, str, str, str], None],
-                 tuning: DiscordTuning | None = None) -> None:
+                 tuning: DiscordTuning | None = None, approvals: Decider | None = None) -> None:
         self._config = config
         self._token = token
         self._tuning = tuning or DiscordTuning()
         self.rest = DiscordRest(config.discord.api_url, token, secret_values,
                                 max_wait_seconds=self._tuning.rest_max_wait_seconds)
+        desk = Desk(self.rest, store.bindings, store.approvals, approvals, config.discord,
+                    secret_values)
         keeper = Keeper(self.rest, store.bindings, config, clock, secret_values,
-                        operate=operate, status=status, journal=journal)
+                        operate=operate, status=status, journal=journal, desk=desk)
         self.control = DiscordControl.start(keeper, store, admit, config.discord, clock,
                                             backoff_seconds=self._tuning.backoff_seconds).proxy()
         self.sink = GatewaySink(self.control)
@@ -136,6 +147,16 @@ class DiscordService:
                    for r in results if r.conversation_id and (r.joined or r.events)]
         if changes:
             _tell(self.control.admitted, changes)
+
+    def joined(self, conversation_ids: Sequence[str]) -> None:
+        """Conversations whose FIFO took deliveries outside the admission writer (a Matrix
+        page): their threads are reconciled as after an admission."""
+        if conversation_ids:
+            _tell(self.control.admitted, [(cid, True, ()) for cid in conversation_ids])
+
+    def approval_changed(self, approval: Approval) -> None:
+        """A Matrix send proposed, decided, expired, sent or failed (from any thread)."""
+        _tell(self.control.approval_changed, approval)
 
     def turn_finished(self, finished: Any) -> None:
         """A finalised turn (`FinishedTurn`)."""

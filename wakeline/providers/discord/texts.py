@@ -8,6 +8,8 @@ within the limit.
 
 from __future__ import annotations
 
+import re
+
 MESSAGE_MAX_CHARS = 2000
 TITLE_MAX_CHARS = 100
 _ELLIPSIS = "…"
@@ -28,6 +30,36 @@ STOPPED = "Stopped."
 NOTHING_TO_STOP = "Nothing is running: there is no turn to stop."
 COMMAND_FAILED = "Could not {command} now ({detail})."
 EMPTY_RESPONSE = "(the agent finished without output)"
+MATRIX_TAG = "matrix"
+OPENED_MATRIX = ("wakeline follows the Matrix room of route {route} in this thread: the agent's "
+                 "reports appear here, and every message it proposes to send to the room, which "
+                 "is sent only once a person approves it (its buttons, or `!approve ID` / "
+                 "`!deny ID` here). A message here reaches the agent; `!stop`, `!reset` and "
+                 "`!status` work as for an issue.")
+
+# A proposed Matrix send (the post, its buttons, what became of it).
+PROPOSAL_HEADER = ("**The agent proposes a message** for Matrix room `{room}` (route {route}), "
+                   "approval `{id}`:")
+PROPOSAL_FOOTER = ("-# sha256 `{sha}…` · approve or deny with the buttons, or `!approve {id}` / "
+                   "`!deny {id}` in this thread · expires <t:{expires}:R>")
+APPROVED_LINE = "Approved by {who} ({id}): sending it to `{room}`."
+DENIED_LINE = "Denied by {who} ({id}): it is not sent."
+EXPIRED_LINE = "{id} expired: nobody decided within a day; it is not sent."
+SENT_LINE = "Sent ({id}) to `{room}` as `{event}`."
+FAILED_LINE = "Not sent ({id}): {error}"
+# Refusals: answered to the clicker alone (ephemeral) or in the thread for `!approve`.
+NOT_ALLOWED = "You may not decide wakeline's approvals: nothing changed."
+UNKNOWN_BUTTON = "This is not a button wakeline made: nothing changed."
+NO_APPROVAL = "There is no approval {id}: nothing changed."
+OTHER_THREAD = "{id} belongs to another conversation's thread: decide it there. Nothing changed."
+NOT_SHOWN = "{id} has not been shown in this thread: nothing approved."
+BODY_CHANGED = "The text of {id} is not the one shown here: nothing approved."
+ALREADY = "{id} is already {status}{by}: nothing changed."
+CANNOT = "{id} is {status}: it cannot be {verb}. Nothing changed."
+DECISION_USAGE = "Say which approval: `!approve ID` or `!deny ID`, alone in a message."
+NO_APPROVALS = "No Matrix route sends through wakeline here: there is nothing to approve."
+STATUS_LABELS = {"approved": "Approved: sending", "denied": "Denied", "sent": "Sent",
+                 "expired": "Expired: not sent", "failed": "Failed: not sent"}
 ANSWER_PREFIX = {"response": "", "error": "**Error**\n", "elicitation": "**Question**\n"}
 
 
@@ -95,3 +127,37 @@ def status_line(view: dict[str, object]) -> str:
         lines.append(f"last turn: {last.get('result')} at {last.get('finishedAt')}")
     lines.append(f"session {view.get('session') or '-'}")
     return "\n".join(lines)
+
+
+# Discord's Markdown: emphasis, code, spoilers and strike-through characters anywhere; a quote,
+# heading or list marker at a line's start; a masked link; a mention or timestamp.
+_MARKDOWN = re.compile(r"(?P<url>https?://\S+)|(?P<char>[\\*_~`|\[\]<])"
+                       r"|^(?P<lead>\s*(?:>|#|-|\d+(?=\.\s)))", re.MULTILINE)
+
+
+def escape_markdown(text: str) -> str:
+    """`text` as Discord shows it literally: each Markdown character escaped with a backslash
+    (links left alone, so they stay links), so an approver sees the exact characters that
+    would be sent, not their rendering."""
+    def escape(match: re.Match[str]) -> str:
+        if match.group("url"):
+            return match.group("url")
+        if match.group("char"):
+            return "\\" + match.group("char")
+        lead = match.group("lead")
+        if lead[-1].isdigit():
+            return lead + "\\"  # a numbered item: its dot is escaped (`1\. `)
+        stripped = lead.lstrip()
+        return lead[: len(lead) - len(stripped)] + "\\" + stripped
+
+    return _MARKDOWN.sub(escape, text)
+
+
+def who(decided_by: str | None) -> str:
+    """Who decided, as a thread says it: a Discord user as a mention (nobody is pinged: every
+    post has `allowed_mentions` empty), the operator as such."""
+    if decided_by and decided_by.startswith("discord:"):
+        return f"<@{decided_by.split(':', 1)[1]}>"
+    if decided_by == "operator":
+        return "the operator (`wakeline approvals`)"
+    return decided_by or "someone"

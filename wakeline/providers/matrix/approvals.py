@@ -13,17 +13,23 @@ call the same two methods, from any thread:
 `body_sha256`, when given, must be the hash of the body the approver was shown, so a body
 that differs from what they saw is never approved. Approving tells the connection's actor
 to send; a second approve changes nothing and sends nothing. Every decision, and every
-expiry, is in the journal.
+expiry, is in the journal. `decide` is the same with a word on whether this call changed
+anything (a control thread says "already approved" when it did not).
+
+Watchers (`watch`) hear of every change of an approval (proposed, approved, denied,
+expired, and, through `changed`, sent or failed): the Discord control posts each one in
+the conversation's thread, so a decision made in one place shows in the other.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Callable
 
 from wakeline.clock import Clock, to_ms
-from wakeline.errors import Conflict, NotFound
+from wakeline.errors import BodyChanged, Conflict, NotFound
 from wakeline.journal import excerpt
 from wakeline.models.approvals import DAY_MS, Approval, ApprovalStatus
 from wakeline.models.store import Store
@@ -48,6 +54,19 @@ class ApprovalsService:
         self._send = send
         self._recorder = recorder
         self._ttl_ms = ttl_ms
+        self._watchers: list[Callable[[Approval], None]] = []
+
+    def watch(self, watcher: Callable[[Approval], None]) -> None:
+        """Call `watcher` with the approval after each change (it must not block: a tell)."""
+        self._watchers.append(watcher)
+
+    def changed(self, approval: Approval) -> None:
+        """Tell the watchers of a change (also called by the sender once sent or failed)."""
+        for watcher in list(self._watchers):
+            try:
+                watcher(approval)
+            except Exception:  # a watcher's failure never fails the decision it hears of
+                log.exception("approval watcher failed", extra={"approval_id": approval.id})
 
     def _now(self) -> int:
         return to_ms(self._clock.now())
@@ -68,6 +87,7 @@ class ApprovalsService:
         self._journal(approval, "pending", "agent",
                       f"The agent proposes a message to {room_id} (route {route}); approve with "
                       f"`wakeline approvals approve {approval.id}`:\n{excerpt(body, 600)}")
+        self.changed(approval)
         return approval
 
     # --- humans ---------------------------------------------------------------------------------
@@ -94,29 +114,10 @@ class ApprovalsService:
 
         Raises:
             NotFound: no such approval.
-            Conflict: it was denied, expired or failed, or `body_sha256` is not its body's.
+            BodyChanged: `body_sha256` is not the hash of its body.
+            Conflict: it was denied, expired or failed.
         """
-        approval = self.get(approval_id)
-        if body_sha256 is not None and body_sha256 != approval.body_sha256:
-            raise Conflict("the body differs from the one you were shown: nothing approved",
-                           status=approval.status.value)
-        decided, changed = self._store.approvals.decide(approval_id, ApprovalStatus.APPROVED,
-                                                        approver, self._now())
-        assert decided is not None
-        if changed:
-            log.info("matrix send approved", extra={"approval_id": approval_id, "by": approver})
-            self._journal(decided, "approved", approver,
-                          f"{approver} approved {approval_id}: sending it to {decided.room_id} "
-                          f"(route {decided.route}).")
-            self._send(decided)
-            return decided
-        if decided.status in (ApprovalStatus.APPROVED, ApprovalStatus.SENT):
-            return decided  # twice is once
-        if decided.status is ApprovalStatus.PENDING:
-            self.sweep()  # its day is over: expired, and journaled so
-            decided = self.get(approval_id)
-        raise Conflict(f"the approval is {decided.status.value}: it cannot be approved",
-                       status=decided.status.value)
+        return self.decide(approval_id, True, approver, body_sha256=body_sha256)[0]
 
     def deny(self, approval_id: str, denier: str) -> Approval:
         """A human denies: it is never sent. Denying a denied approval again changes nothing.
@@ -125,21 +126,50 @@ class ApprovalsService:
             NotFound: no such approval.
             Conflict: it was approved, sent, expired or failed already.
         """
-        self.get(approval_id)
-        decided, changed = self._store.approvals.decide(approval_id, ApprovalStatus.DENIED,
-                                                        denier, self._now())
+        return self.decide(approval_id, False, denier)[0]
+
+    def decide(self, approval_id: str, approve: bool, who: str, *,
+               body_sha256: str | None = None) -> tuple[Approval, bool]:
+        """Approve (`approve` True) or deny as `who`: (the approval after it, whether this call
+        decided it). The same decision made before is (the approval, False).
+
+        Raises:
+            NotFound: no such approval.
+            BodyChanged: `body_sha256` is not the hash of its body.
+            Conflict: the other decision (or an expiry, a send, a failure) came first.
+        """
+        approval = self.get(approval_id)
+        if approve and body_sha256 is not None and body_sha256 != approval.body_sha256:
+            raise BodyChanged("the body differs from the one you were shown: nothing approved",
+                              status=approval.status.value)
+        wanted = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
+        decided, changed = self._store.approvals.decide(approval_id, wanted, who, self._now())
         assert decided is not None
         if changed:
-            log.info("matrix send denied", extra={"approval_id": approval_id, "by": denier})
-            self._journal(decided, "denied", denier,
-                          f"{denier} denied {approval_id}: it is not sent to {decided.room_id}.")
-            return decided
-        if decided.status is ApprovalStatus.DENIED:
-            return decided
+            if approve:
+                log.info("matrix send approved", extra={"approval_id": approval_id, "by": who})
+                self._journal(decided, "approved", who,
+                              f"{who} approved {approval_id}: sending it to {decided.room_id} "
+                              f"(route {decided.route}).")
+            else:
+                log.info("matrix send denied", extra={"approval_id": approval_id, "by": who})
+                self._journal(decided, "denied", who,
+                              f"{who} denied {approval_id}: it is not sent to {decided.room_id}.")
+            # The watchers hear of the decision before the send can settle it: a thread
+            # says "approved" before "sent".
+            self.changed(decided)
+            if approve:
+                self._send(decided)
+            return decided, True
+        same = (ApprovalStatus.APPROVED, ApprovalStatus.SENT) if approve else \
+            (ApprovalStatus.DENIED,)
+        if decided.status in same:
+            return decided, False  # twice is once
         if decided.status is ApprovalStatus.PENDING:
-            self.sweep()
+            self.sweep()  # its day is over: expired, and journaled so
             decided = self.get(approval_id)
-        raise Conflict(f"the approval is {decided.status.value}: it cannot be denied",
+        verb = "approved" if approve else "denied"
+        raise Conflict(f"the approval is {decided.status.value}: it cannot be {verb}",
                        status=decided.status.value)
 
     def wait_settled(self, approval_id: str, timeout: float) -> Approval:
@@ -164,5 +194,6 @@ class ApprovalsService:
             self._journal(approval, "expired", "wakeline",
                           f"{approval.id} expired: nobody decided within a day; it is not sent "
                           f"to {approval.room_id}.")
+            self.changed(replace(approval, status=ApprovalStatus.EXPIRED, settled_at=now))
         self._store.approvals.prune(now - KEEP_SETTLED_MS)
         return expired

@@ -105,7 +105,7 @@ class MatrixRoutes:
             inbound=lambda event, cid: self._recorder.matrix_inbound(
                 event.envelope, cid, event.received_ms, woke=event.wakes),
             lifecycle=self._recorder.matrix_connection,
-            settled=self._recorder.matrix_outbound,
+            settled=self._settled,
             counted=lambda verdict, n: self._events.labels(connection=c.name,
                                                            outcome=verdict).inc(n),
             send=lambda approval: self._send(c, approval, nio_client.MatrixRefused),
@@ -206,6 +206,11 @@ class MatrixRoutes:
         return [check_route(s.route, joined, members) for s in c.routes.all()]
 
     # --- sends ----------------------------------------------------------------------------------
+
+    def _settled(self, approval: Approval) -> None:
+        """A send settled (sent or failed): journaled, and told to the approvals' watchers."""
+        self._recorder.matrix_outbound(approval)
+        self.approvals.changed(approval)
 
     def can_send(self, connection: str) -> bool:
         """True when the connection is up to send now (an approve may wait for its event id)."""

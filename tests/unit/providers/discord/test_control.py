@@ -37,6 +37,7 @@ class StubKeeper:
 
     def __init__(self) -> None:
         self.rest = StubRest()
+        self.desk = None  # no Matrix approvals here
         self.ran: list[tuple[str, str]] = []
         self.jobs: list[Job] = []
         self.pages: dict[str, list[ThreadMessage]] = {}
