@@ -46,6 +46,20 @@ _TERMINAL_OPEN = (
     " ON c.id = b.conversation_id WHERE b.provider = ? AND c.terminal = 1"
     " AND (b.archived = 0 OR b.locked = 0) ORDER BY b.updated_at"
 )
+# The results a thread still owes, oldest first (a turn's answer, error, question or stop).
+_UNANSWERED = (
+    "SELECT r.id, r.result, r.output FROM turn_results r JOIN control_bindings b"
+    " ON b.conversation_id = r.conversation_id WHERE r.conversation_id = ?"
+    " AND r.id > COALESCE(b.answered_through, 0) AND r.result IN ({kinds}) ORDER BY r.id"
+)
+_ANSWERED = ("UPDATE control_bindings SET answered_through = ? WHERE conversation_id = ?"
+             " AND (answered_through IS NULL OR answered_through < ?)")
+_OWING = (
+    "SELECT b.conversation_id FROM control_bindings b JOIN conversations c"
+    " ON c.id = b.conversation_id WHERE b.provider = ? AND c.terminal = 0 AND EXISTS"
+    " (SELECT 1 FROM turn_results r WHERE r.conversation_id = b.conversation_id"
+    " AND r.id > COALESCE(b.answered_through, 0) AND r.result IN ({kinds}))"
+)
 _OPEN = (
     f"SELECT {', '.join('b.' + c.strip() for c in _COLUMNS.split(','))} FROM control_bindings b"
     " JOIN conversations c ON c.id = b.conversation_id WHERE b.provider = ? AND c.terminal = 0"
@@ -75,6 +89,16 @@ class Binding:
         """The operator view's `control` object."""
         return {"provider": self.provider, "threadId": self.thread_id, "title": self.title,
                 "archived": self.archived, "locked": self.locked, "parentId": self.parent_id}
+
+
+@dataclass(frozen=True)
+class OwedAnswer:
+    """A turn result its thread has not shown yet: the `turn_results` row id, how the turn
+    ended, and its output."""
+
+    result_id: int
+    result: str
+    output: str
 
 
 @dataclass(frozen=True)
@@ -125,7 +149,23 @@ class Bindings:
         """The bindings of every conversation without terminal intent (catch-up candidates)."""
         return [Binding.from_row(r) for r in self._db.execute_sql(_OPEN, (provider,)).fetchall()]
 
+    def unanswered(self, conversation_id: str, kinds: tuple[str, ...]) -> list[OwedAnswer]:
+        """The conversation's results of these kinds its thread has not shown, oldest first."""
+        sql = _UNANSWERED.format(kinds=", ".join("?" * len(kinds)))
+        rows = self._db.execute_sql(sql, (conversation_id, *kinds)).fetchall()
+        return [OwedAnswer(int(r[0]), r[1], r[2] or "") for r in rows]
+
+    def owing_answers(self, provider: str, kinds: tuple[str, ...]) -> list[str]:
+        """Open conversations whose thread owes results of these kinds (a restart, an outage)."""
+        sql = _OWING.format(kinds=", ".join("?" * len(kinds)))
+        return [r[0] for r in self._db.execute_sql(sql, (provider, *kinds)).fetchall()]
+
     # --- writes ----------------------------------------------------------------------------
+
+    def answered(self, conversation_id: str, result_id: int) -> None:
+        """The thread shows every owed result up to `result_id` (the mark never moves back)."""
+        with self._db.atomic():
+            self._db.execute_sql(_ANSWERED, (result_id, conversation_id, result_id))
 
     def bind(self, binding: Binding, now: int) -> None:
         """Record a conversation's first thread.

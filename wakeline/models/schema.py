@@ -357,4 +357,11 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # A control thread's answers are durable: the last turn result posted there. The answers
+    # themselves are the conversation's `turn_results`, so a restart or a long Discord outage
+    # posts what is missing instead of losing it. NULL: none posted yet.
+    ["ALTER TABLE control_bindings ADD COLUMN answered_through INTEGER"]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

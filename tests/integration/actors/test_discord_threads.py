@@ -442,6 +442,28 @@ def test_discord_down_at_start_up_delays_only_discord(harness: Any) -> None:
     wait_until(lambda: len(h.runs()) == 2, message="a thread message's turn")
 
 
+def test_an_answer_discord_refused_until_a_restart_is_posted_after_it_once(
+        harness: Any) -> None:
+    h = harness("ok", discord=True)
+    fake = h.discord
+    h.deliver(opened())
+    thread_id = thread_of(h)
+    wait_until(lambda: len(said(fake, thread_id)) == 2, message="the opened line and the answer")
+    fake.fail_next("POST", f"/channels/{thread_id}/messages", 503, times=10_000)
+    h.deliver(comment("one more thing"))
+    wait_until(lambda: len(h.linear.comments()) == 2, message="the second answer reached Linear")
+    wait_until(lambda: sum(r.status == 503 for r in fake.requests) >= 2,
+               message="Discord refused the post, twice")
+    h.restart()  # the retries in memory are gone; the answer owed is in the store
+    fake.clear_scripts()
+    wait_until(lambda: len(said(fake, thread_id)) == 3, message="the owed answer, after the restart")
+    h.deliver(comment("and another"))
+    wait_until(lambda: len(said(fake, thread_id)) == 4, message="the third answer")
+    opening, *answers = said(fake, thread_id)
+    assert [a.startswith("done") for a in answers] == [True, True, True]
+    assert len(set(answers)) == 3  # each turn's answer once, in order
+
+
 def test_a_dropped_gateway_resumes_and_nothing_is_lost_or_doubled(harness: Any) -> None:
     h = harness("prompt", discord=True)
     fake = h.discord

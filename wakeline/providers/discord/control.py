@@ -44,7 +44,7 @@ from wakeline.models.states import Outcome
 from wakeline.models.store import Store
 from wakeline.providers.discord import PROVIDER, buttons, texts
 from wakeline.providers.discord.buttons import Click
-from wakeline.providers.discord.keeper import Job, Keeper
+from wakeline.providers.discord.keeper import OWED_KINDS, Job, Keeper
 from wakeline.providers.discord.lanes import Lanes
 from wakeline.providers.discord.messages import ThreadMessage, plan, to_delivery
 
@@ -57,7 +57,6 @@ WORKERS = 4
 SWEEP_EVERY_TICKS = 120  # about a minute at the ticker's 0.5 s
 ADMIT_RETRY_SECONDS = 1.0  # a thread whose message could not be admitted is fetched again
 HELD_MAX = 10_000  # live messages held across a reconnect; older ones are left to the catch-up
-ANSWERS = {"response", "error", "elicitation"}
 APPROVALS_EVERY_TICKS = 20  # about ten seconds: pending approvals whose post is not known
 CLICK_WORKERS = 2
 
@@ -143,15 +142,11 @@ class DiscordControl(pykka.ThreadingActor):
             elif joined:
                 self._enqueue(Job("ensure", cid))
 
-    def turn_finished(self, conversation_id: str, route: str | None, result: str,
-                      output: str) -> None:
-        """A turn ended: its response, error or question goes to the thread."""
-        if self._keeper.channel_of(route) is None:
-            return
-        if result in ANSWERS:
-            self._enqueue(Job("post", conversation_id, texts.answer(result, output), "answer"))
-        elif result == "stopped":
-            self._enqueue(Job("post", conversation_id, texts.STOPPED))
+    def turn_finished(self, conversation_id: str, route: str | None, result: str) -> None:
+        """A turn ended: its response, error, question or stop goes to the thread (read from
+        the store, where the result is durable and so is whether the thread showed it)."""
+        if self._keeper.channel_of(route) is not None and result in OWED_KINDS:
+            self._enqueue(Job("answers", conversation_id))
 
     def turn_stalled(self, conversation_id: str, route: str | None, attempts: int,
                      error: str) -> None:
@@ -266,7 +261,8 @@ class DiscordControl(pykka.ThreadingActor):
 
     def sweep(self) -> None:
         """Close every thread whose conversation has terminal intent and that is still open
-        (a failed or interrupted archive)."""
+        (a failed or interrupted archive); post the answers a thread still owes (a restart,
+        an outage longer than the retries, a lane that was full)."""
         try:
             due = self._store.bindings.terminal_unclosed(PROVIDER)
         except Exception:
@@ -274,6 +270,14 @@ class DiscordControl(pykka.ThreadingActor):
             return
         for cid in due:
             self._close_once(cid)
+        try:
+            owing = self._store.bindings.owing_answers(PROVIDER, OWED_KINDS)
+        except Exception:
+            log.exception("cannot read the answers owed to threads")
+            return
+        for cid in owing:
+            if not self._lanes.waits(cid, "answers"):
+                self._enqueue(Job("answers", cid))
 
     def backlog(self) -> dict[str, int]:
         """What waits: jobs (in lanes, running included), threads being caught up, and live

@@ -33,14 +33,20 @@ log = logging.getLogger(__name__)
 # A catch-up reads at most this many pages of 100 messages per thread and run.
 CATCH_UP_PAGES = 10
 ARCHIVED_THREAD = 50083  # "Operation cannot be performed on an archived thread"
+# The turn results a thread shows: answers, errors and questions, and a stop.
+OWED_KINDS = ("response", "error", "elicitation", "stopped")
+# A thread that owes more than this (its route just got a channel, or Discord was away for
+# long) shows the newest ones and says how many it left out.
+OWED_MAX = 5
 
 
 @dataclass
 class Job:
     """One piece of thread work for one conversation.
 
-    `kind`: `ensure`, `close`, `post`, `catch_up`, `command`, `approval_show` or
-    `approval_update`. A post is an `answer` or a lifecycle `line` (both dropped once the
+    `kind`: `ensure`, `close`, `post`, `answers`, `catch_up`, `command`, `approval_show` or
+    `approval_update`. `answers` posts the turn results the thread owes (the store keeps
+    them, and which were shown, so none is lost to a restart or an outage). A post is an `answer` or a lifecycle `line` (both dropped once the
     conversation is terminal), or the `closing` line (said only while the conversation is
     terminal and its thread not closed yet); its `nonce` makes a resend after a lost answer
     land once. An approval job names its `approval_id`; an update's `text` is the line that
@@ -98,6 +104,8 @@ class Keeper:
             self.say_closing(target, job.text, job.nonce)
         elif job.kind == "post":
             self.post(target, job.text, job.nonce)
+        elif job.kind == "answers":
+            self.answer(target)
         elif job.kind == "catch_up":
             return self.catch_up(target, job.after)
         elif job.kind == "command" and job.message is not None:
@@ -236,6 +244,31 @@ class Keeper:
                 if binding is None:
                     return
                 self.rest.post(binding.thread_id, chunk, f"{nonce}{index}")
+
+    def answer(self, target: ControlTarget) -> None:
+        """Post the results the thread owes, oldest first, each marked shown once posted.
+
+        A result's nonce is made from its row id, so a post repeated after a crash between
+        the post and its mark lands once while Discord remembers the nonce (minutes). A
+        closed conversation's thread takes no answer: what it owes is marked shown.
+        """
+        cid = target.conversation_id
+        owed = self.bindings.unanswered(cid, OWED_KINDS)
+        if not owed:
+            return
+        if target.terminal:
+            self.bindings.answered(cid, owed[-1].result_id)
+            return
+        left_out, owed = owed[:-OWED_MAX], owed[-OWED_MAX:]
+        if left_out:
+            self.post(target, texts.LEFT_OUT.format(count=len(left_out)),
+                      f"s{left_out[-1].result_id}:")
+            self.bindings.answered(cid, left_out[-1].result_id)
+        for answer in owed:
+            text = texts.STOPPED if answer.result == "stopped" else \
+                texts.answer(answer.result, answer.output)
+            self.post(target, text, f"a{answer.result_id}:")
+            self.bindings.answered(cid, answer.result_id)
 
     def catch_up(self, target: ControlTarget, after: int | None = None) -> list[ThreadMessage]:
         """The messages after `after` (by default the thread's cursor, or its start)."""

@@ -45,8 +45,8 @@ class Lanes:
         cid = job.conversation_id
         lane = self._lanes.setdefault(cid, deque())
         waiting = self._waiting(cid)
-        if job.kind == "ensure" and waiting and waiting[-1].kind == "ensure":
-            return True  # one waiting ensure covers every delivery that lands before it runs
+        if job.kind in ("ensure", "answers") and waiting and waiting[-1].kind == job.kind:
+            return True  # the one that waits covers every reason to run it until it runs
         if len(lane) >= LANE_MAX_JOBS:
             log.warning("discord work dropped: too much waiting for one thread",
                         extra={"conversation_id": cid, "kind": job.kind})

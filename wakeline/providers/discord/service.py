@@ -162,7 +162,7 @@ class DiscordService:
         """A finalised turn (`FinishedTurn`)."""
         turn = finished.turn
         _tell(self.control.turn_finished, turn.conversation_id, turn.route,
-              finished.result.value, finished.output)
+              finished.result.value)
 
     def turn_failed(self, turn: Any, error: str, stalled: bool) -> None:
         """A failed attempt; only a stall is said in the thread."""

@@ -30,6 +30,8 @@ STOPPED = "Stopped."
 NOTHING_TO_STOP = "Nothing is running: there is no turn to stop."
 COMMAND_FAILED = "Could not {command} now ({detail})."
 EMPTY_RESPONSE = "(the agent finished without output)"
+LEFT_OUT = ("({count} earlier answers are not repeated here: they are in Linear and in the "
+            "owner's journal.)")
 MATRIX_TAG = "matrix"
 OPENED_MATRIX = ("wakeline follows the Matrix room of route {route} in this thread: the agent's "
                  "reports appear here, and every message it proposes to send to the room, which "

@@ -185,10 +185,10 @@ def test_jobs_of_a_conversation_run_in_order_and_retry_at_the_head(control: Any)
     actor, keeper, admitted, store = control
     keeper.fail["ensure"] = 1
     actor.admitted([("cv_1", True, ())]).get()
-    actor.turn_finished("cv_1", "ops", "response", "the answer").get()
-    actor.turn_finished("cv_other", "quiet", "response", "not ours").get()
+    actor.turn_finished("cv_1", "ops", "response").get()
+    actor.turn_finished("cv_other", "quiet", "response").get()
     wait_until(lambda: actor.tick().get() is None and
-               [k for k, _ in keeper.ran if k != "catch_up"] == ["ensure", "ensure", "post"],
+               [k for k, _ in keeper.ran if k != "catch_up"] == ["ensure", "ensure", "answers"],
                message="the ensure retried before the post")
 
 
