@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Webhook ingest benchmark: wakeline against a naive durable baseline.
+"""Webhook ingest benchmark: wakeline against a naive durable baseline and the bare limit.
 
     .venv/bin/python bench/ingest.py [--seconds 10] [--rounds 2] [--concurrency 16]
 
-Two servers run as child processes on 127.0.0.1 (each with its own GIL):
+Three servers run as child processes on 127.0.0.1 (each with its own GIL):
 
-  A  the real `wakeline serve` (temp config and state dir, 8 request threads,
+  A  the real `wakeline serve` (temp config and state dir, 32 ingress threads,
      secret from $WAKELINE_LINEAR_WEBHOOK_SECRET);
-  B  bench/baseline_server.py: falcon + waitress (8 threads) + HMAC check +
+  B  bench/baseline_server.py: falcon + waitress (as many threads) + HMAC check +
      json.loads + one SQLite transaction per request (WAL, synchronous=FULL).
+  C  bench/bare_server.py: wakeline's own waitress listener (as many threads, its CPU
+     placement) answering 200 without verifying, parsing or storing anything:
+     the limit a durable ingest is measured against (A/C, issue 26).
 
 The load is `--concurrency` keep-alive connections, spread over `--procs`
 generator processes, each connection sending one signed delivery at a time
@@ -18,7 +21,7 @@ before each run starts, so signing is not measured. Latency is taken
 client-side, from just before the request is written to the socket until the
 whole response has been read.
 
-Runs alternate A B A B ... (`--rounds`), after one uncounted warm-up per
+Runs alternate A B C A B C ... (`--rounds`), after one uncounted warm-up per
 server. Printed per run and per server: deliveries/s (200 + "accepted"),
 p50/p99 ack latency, errors (anything else), generator and server CPU per
 request; then A/B throughput, A's p99 against the 50 ms target, a check that
@@ -67,7 +70,8 @@ from typing import Any
 HOST = "127.0.0.1"
 WEBHOOK_PATH = "/webhooks/linear"
 SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
-SERVER_THREADS = 8
+# wakeline's ingress threads (its default, `server.ingress_threads`); B and C get as many.
+SERVER_THREADS = int(os.environ.get("BENCH_THREADS", "32"))
 # Deliveries are signed before a run; Linear's freshness window is 60 s.
 MAX_SECONDS = 45.0
 # After the deadline, in-flight requests get this long before they count as timeouts.
@@ -75,6 +79,9 @@ DRAIN_SECONDS = 30.0
 START_TIMEOUT = 60.0
 TARGET_RATIO = 0.8
 TARGET_P99_MS = 50.0
+# Against the bare handler (C: the same server doing nothing durable), issue 26's limits.
+TARGET_BARE_RATIO = 0.75
+TARGET_BARE_P99_MS = 12.0
 ORG = "org-bench"
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -579,7 +586,7 @@ def start_wakeline(workdir: Path, secret: str, src: Path | None,
         "webhook_port = 0\n"
         f'operator_host = "{HOST}"\n'
         "operator_port = 0\n"
-        f"threads = {SERVER_THREADS}\n"
+        f"ingress_threads = {SERVER_THREADS}\n"
     )
     exe = Path(sys.executable).parent / "wakeline"
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "wakeline"]
@@ -607,6 +614,14 @@ def start_baseline(workdir: Path, secret: str, db_layer: str) -> Server:
             "--db-layer", db_layer]
     return Server("B", "baseline", argv, {**os.environ, SECRET_ENV: secret}, home,
                   "listening on ", db)
+
+
+def start_bare(workdir: Path) -> Server:
+    home = workdir / "bare"
+    home.mkdir()
+    argv = [sys.executable, str(BENCH_DIR / "bare_server.py"), "--host", HOST, "--port", "0",
+            "--threads", str(SERVER_THREADS)]
+    return Server("C", "bare", argv, dict(os.environ), home, "listening on ", home / "none")
 
 
 def count_rows(db: Path, table: str) -> int:
@@ -823,11 +838,15 @@ def markdown(runs: list[tuple[str, Run]], agg: dict[str, Run], names: dict[str, 
 
     for title, run in runs:
         lines.append(row(title, names[run.label], run))
-    for label in ("A", "B"):
-        lines.append(row(f"all {len(runs) // 2}", names[label], agg[label], "**"))
+    for label in ("A", "B", "C"):
+        lines.append(row(f"all {len(runs) // 3}", names[label], agg[label], "**"))
     p99 = agg["A"].pct(99)
+    bare = agg["A"].rate / agg["C"].rate if agg["C"].rate else math.nan
     lines += [
         "",
+        (f"- A/C throughput (of the bare handler): **{bare:.2f}** (target >= {TARGET_BARE_RATIO}: "
+         f"{'met' if bare >= TARGET_BARE_RATIO else 'NOT met'}); A p99 {p99:.1f} ms "
+         f"(target < {TARGET_BARE_P99_MS:.0f} ms: {'met' if p99 < TARGET_BARE_P99_MS else 'NOT met'})"),
         (f"- A/B throughput: **{ratio:.2f}** (target >= {TARGET_RATIO}: "
          f"{'met' if ratio >= TARGET_RATIO else 'NOT met'})"),
         (f"- A p99: **{p99:.1f} ms** (target <= {TARGET_P99_MS:.0f} ms: "
@@ -836,7 +855,7 @@ def markdown(runs: list[tuple[str, Run]], agg: dict[str, Run], names: dict[str, 
          f"B {cpu_per_request(agg['B']):.2f} ms (B/A "
          f"{cpu_per_request(agg['B']) / cpu_per_request(agg['A']):.2f})"),
         (f"- load: {args.concurrency} keep-alive connections, {args.seconds:g} s per run, "
-         f"{args.rounds} rounds A B, client `{args.client}` in {args.procs} processes, "
+         f"{args.rounds} rounds A B C, client `{args.client}` in {args.procs} processes, "
          f"baseline on `{args.baseline_db}`"),
         f"- wakeline code: {code}",
     ]
@@ -970,7 +989,8 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    names = {"A": "wakeline", "B": "baseline" if args.baseline_db == "sqlite3" else "baseline-pw"}
+    names = {"A": "wakeline", "B": "baseline" if args.baseline_db == "sqlite3" else "baseline-pw",
+             "C": "bare"}
     try:
         print(f"machine: {machine()}", flush=True)
         busy = loadavg()
@@ -990,11 +1010,15 @@ def main(argv: list[str] | None = None) -> int:
         servers.append(a)
         b = start_baseline(workdir, secret, args.baseline_db)
         servers.append(b)
-        by_label = {"A": a, "B": b}
+        c = start_bare(workdir)
+        servers.append(c)
+        by_label = {"A": a, "B": b, "C": c}
         print(f"A wakeline  {a.url}  (pid {a.proc.pid}, {a.db_path})", flush=True)
         print(f"B baseline  {b.url}  (pid {b.proc.pid}, {b.db_path})", flush=True)
-        accepted_total = {"A": 0, "B": 0}
-        hints = {"A": args.rate_hint, "B": args.rate_hint}
+        print(f"C bare      {c.url}  (pid {c.proc.pid}: the same server, nothing durable)",
+              flush=True)
+        accepted_total = {"A": 0, "B": 0, "C": 0}
+        hints = {"A": args.rate_hint, "B": args.rate_hint, "C": args.rate_hint}
         tables = {"A": "receipts", "B": "deliveries"}
         mismatches = 0
 
@@ -1009,7 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
 
         if args.warmup > 0:
-            for label in ("A", "B"):
+            for label in ("A", "B", "C"):
                 run = run_load(by_label[label], args, args.warmup, hints[label], secret, ctx,
                                children)
                 accepted_total[label] += run.accepted
@@ -1017,7 +1041,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(describe(run, names[label], "warm-up"), flush=True)
         measured: list[tuple[str, Run]] = []
         for rnd in range(1, args.rounds + 1):
-            for label in ("A", "B"):
+            for label in ("A", "B", "C"):
                 run = run_load(by_label[label], args, args.seconds, hints[label], secret, ctx,
                                children)
                 accepted_total[label] += run.accepted
@@ -1030,9 +1054,9 @@ def main(argv: list[str] | None = None) -> int:
         check_db("B")
         print(f"{'':<15}wakeline wrote: {describe_wakeline_db(a.db_path)}", flush=True)
         agg = {label: aggregate([r for _, r in measured if r.label == label])
-               for label in ("A", "B")}
+               for label in ("A", "B", "C")}
         print("\naggregate", flush=True)
-        for label in ("A", "B"):
+        for label in ("A", "B", "C"):
             print(describe(agg[label], names[label], f"all {args.rounds}"))
         ratio = agg["A"].rate / agg["B"].rate if agg["B"].rate else math.nan
         p99 = agg["A"].pct(99)
@@ -1040,11 +1064,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{'met' if ratio >= TARGET_RATIO else 'NOT met'})")
         print(f"A p99 ack latency: {p99:.1f} ms (target <= {TARGET_P99_MS:.0f} ms: "
               f"{'met' if p99 <= TARGET_P99_MS else 'NOT met'})")
+        bare = agg["A"].rate / agg["C"].rate if agg["C"].rate else math.nan
+        print(f"A/C throughput ratio (of the bare handler): {bare:.2f} (target >= "
+              f"{TARGET_BARE_RATIO}: {'met' if bare >= TARGET_BARE_RATIO else 'NOT met'}); "
+              f"A p99 {p99:.1f} ms (target < {TARGET_BARE_P99_MS:.0f} ms: "
+              f"{'met' if p99 < TARGET_BARE_P99_MS else 'NOT met'})")
         cpu_a, cpu_b = (cpu_per_request(agg[k]) for k in ("A", "B"))
         print(f"server CPU per delivery: A {cpu_a:.2f} ms, B {cpu_b:.2f} ms; B/A {cpu_b / cpu_a:.2f} "
               "(what the throughput ratio tends to when both servers are CPU-bound; it is "
               "less sensitive to other load on the machine)")
-        for label in ("A", "B"):
+        for label in ("A", "B", "C"):
             warnings = by_label[label].stderr_count("Task queue depth")
             if warnings:
                 print(f"{names[label]} logged {warnings} waitress 'Task queue depth' warnings")

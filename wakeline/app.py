@@ -407,7 +407,7 @@ def build_service(
         create_ingress_app(config, webhooks, writer, clock, metrics, router),
         host=server.webhook_host,
         port=server.webhook_port,
-        threads=server.threads,
+        threads=server.ingress_threads,
         max_body_bytes=server.max_body_bytes,
         name="ingress",
     )

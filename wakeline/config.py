@@ -43,7 +43,12 @@ class ServerConfig(_Section):
     operator_port: int = Field(
         8788, ge=0, le=65535, description="Port of the operator API (0 picks a free one)."
     )
-    threads: int = Field(8, ge=1, le=256, description="Request threads of each listener.")
+    threads: int = Field(8, ge=1, le=256, description="Request threads of the operator API.")
+    ingress_threads: int = Field(
+        32, ge=1, le=1024, description="Request threads of the public webhook listener. Each one "
+        "waits while its delivery's group is committed, so with fewer threads than concurrent "
+        "senders deliveries queue in front of the commit instead of joining it.",
+    )
     single_cpu: bool = Field(
         True, description="Run wakeline's own threads on one CPU (agents keep every CPU): with one "
         "GIL they never use more, and together their hand-offs are cheap.",
