@@ -241,7 +241,8 @@ class MatrixRouteConfig(_Section):
     activation: Literal["on_event", "on_demand"] = Field(
         "on_event", description='"on_event": new text from others wakes the conversation; '
         '"on_demand": it is recorded and the cursor advances, but nothing wakes.')
-    bridge: str = Field("", pattern=r"^(@[^:\s]+:\S+)?$", description="Optional Matrix user id of a bridge bot that must be "
+    bridge: str = Field("", pattern=r"^(@[^:\s]+:\S+)?$",
+                        description="Optional Matrix user id of a bridge bot that must be "
                         "in the room (the route is switched off when it is not).")
     discord_channel_id: str = Field(
         "", pattern=r"^\d{0,25}$",
