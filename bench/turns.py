@@ -17,6 +17,9 @@ to Linear before the agent starts (with a credential it would).
   0  baseline: the same /bin/sh agent spawned `--baseline` times straight from
      Python with subprocess (prompt file on stdin, piped stdout/stderr, own
      session, as wakeline's runner does); fork-exec to the line it writes.
+  0' spawn rate: the same agent spawned as above by `max_concurrent_turns` threads at
+     once, each starting the next as soon as its child exits, for `--spawns` spawns
+     (default: `--conversations`): the limit a drain is measured against.
   1  latency: `--deliveries` AgentSessionEvent `created` deliveries, each for a
      different issue, sent one every `--spacing-ms` over one keep-alive
      connection. Per issue, the client-side send time (just before the request
@@ -75,6 +78,9 @@ MAX_CONCURRENT_TURNS = 4
 SERVER_THREADS = 8
 AGENT = ["/bin/sh", "-c",
          'echo "$(date +%s%N) $WAKELINE_ISSUE_IDENTIFIER" >> "$BENCH_STARTS"; cat >/dev/null']
+# The drain's agent (`--drain-agent`): the timestamping shell one, or `true`, the least an
+# agent can be (issue 26 measured against it). The spawn rate runs the same one.
+DRAIN_AGENTS = {"sh": AGENT, "true": ["/bin/true"]}
 LATENCY_TARGET_MS = 50.0
 RSS_TARGET_MB = 300.0
 THREADS_TARGET = MAX_CONCURRENT_TURNS + 32
@@ -142,6 +148,7 @@ class ServeChild:
 
     root: Path
     starts: Path
+    agent: list[str] = field(default_factory=lambda: list(AGENT))
     webhook_port: int = field(default_factory=free_port)
     operator_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
@@ -153,7 +160,7 @@ class ServeChild:
             f'[server]\nwebhook_host = "{HOST}"\nwebhook_port = {self.webhook_port}\n'
             f'operator_host = "{HOST}"\noperator_port = {self.operator_port}\n'
             f"threads = {SERVER_THREADS}\n"
-            f"[agent]\ncommand = {json.dumps(AGENT)}\n"
+            f"[agent]\ncommand = {json.dumps(self.agent)}\n"
             f"max_concurrent_turns = {MAX_CONCURRENT_TURNS}\n"
             # No credential is given (the local backend); were one found, it would stay on loopback.
             f'[linear]\norganization_id = "{ORG}"\napi_url = "http://{HOST}:9/graphql"\n'
@@ -344,6 +351,36 @@ def spawn_baseline(n: int, work: Path) -> list[float]:
     return out
 
 
+def spawn_rate(n: int, concurrency: int, work: Path, agent: list[str]) -> float:
+    """Spawns per second of the agent alone, `concurrency` at a time, as a drain runs them."""
+    prompt = work / "rate.prompt"
+    prompt.write_text("x" * 2000)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAKELINE_")}
+    env.update(BENCH_STARTS=str(work / "rate-starts"), WAKELINE_ISSUE_IDENTIFIER="RATE-0")
+    left = [n]
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            with open(prompt, "rb") as stdin:
+                proc = subprocess.Popen(agent, cwd=work, env=env, stdin=stdin,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        start_new_session=True, close_fds=True)
+            proc.communicate(timeout=10)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return n / (time.monotonic() - t0)
+
+
 # --- part 1: webhook-to-agent-start latency ---------------------------------------------------
 
 
@@ -458,11 +495,11 @@ def open_count(db: Path) -> tuple[int, int]:
         conn.close()
 
 
-def drain(n: int, batch: int, work: Path) -> dict[str, Any]:
+def drain(n: int, batch: int, work: Path, agent: list[str]) -> dict[str, Any]:
     root = work / "drain"
     root.mkdir()
     starts = root / "starts"
-    child = ServeChild(root, starts)
+    child = ServeChild(root, starts, agent)
     child.config.state_path.mkdir(parents=True, mode=0o700)
     populated_s = populate(child, n, batch)
     assert open_count(child.database) == (n, n)
@@ -517,7 +554,7 @@ def yes(met: bool) -> str:
 
 
 def report(base: dict[str, float], lat: dict[str, Any], d: dict[str, Any] | None,
-           spacing_ms: float) -> bool:
+           spacing_ms: float, rate: float | None = None) -> bool:
     """Print every figure, then a markdown table; True when every target is met."""
     L, A = lat["latency"], lat["ack"]
     met_latency = L["p99"] < LATENCY_TARGET_MS and not lat["errors"] and not lat["unmatched"]
@@ -531,6 +568,9 @@ def report(base: dict[str, float], lat: dict[str, Any], d: dict[str, Any] | None
           f"(send -> 200, admission durable)\n"
           f"    spawning the agent alone (baseline p50) {base['p50']:.2f} ms: wakeline's share "
           f"at p50 ~ {L['p50'] - base['p50']:.2f} ms")
+    if rate is not None:
+        print(f"\n[0'] spawn rate of the agent alone, {MAX_CONCURRENT_TURNS} at a time: "
+              f"{rate:.0f} spawns/s")
     rows = [
         ("spawn baseline (Python subprocess → agent's line) p50 / p99",
          f"{base['p50']:.1f} / {base['p99']:.1f} ms", "—", "—"),
@@ -545,14 +585,16 @@ def report(base: dict[str, float], lat: dict[str, Any], d: dict[str, Any] | None
         met_rss = d["peak_rss_mb"] < RSS_TARGET_MB
         complete = d["results"] == {"response": d["conversations"]} and d["turns_left"] == 0
         ok = ok and met_threads and met_rss and complete
+        share = f"{d['turns_per_s'] / rate:.2f} of spawning the agent alone; " if rate else ""
         print(f"\n[2] drain of {d['conversations']} conversations x 1 pending delivery "
               f"(pre-populated in {d['populate_s']:.1f} s):\n"
               f"    serve ready (recovery done) {d['ready_s']:.2f} s after spawn; "
               f"all completed {d['drain_s']:.2f} s after spawn\n"
-              f"    {d['turns_per_s']:.0f} turns/s (spawn -> done); "
-              f"agent starts {d['agent_turns_per_s']:.0f}/s; agent runs {d['agent_runs']}\n"
+              f"    {d['turns_per_s']:.0f} turns/s (spawn -> done); {share}"
+              + (f"agent starts {d['agent_turns_per_s']:.0f}/s; agent runs {d['agent_runs']}\n"
+                 if d["agent_runs"] else "\n") +
               f"    CPU per turn: serve {d['cpu_ms_per_turn']:.1f} ms, "
-              f"agents (sh + date) {d['agent_cpu_ms_per_turn']:.1f} ms\n"
+              f"agents {d['agent_cpu_ms_per_turn']:.1f} ms\n"
               f"    turn results {d['results']}, turns left {d['turns_left']} "
               f"({'complete' if complete else 'INCOMPLETE'})\n"
               f"    peak threads {d['peak_threads']} "
@@ -563,7 +605,10 @@ def report(base: dict[str, float], lat: dict[str, Any], d: dict[str, Any] | None
             (f"drain {d['conversations']} conversations: spawn → all completed",
              f"{d['drain_s']:.1f} s", "—", "—"),
             ("drain throughput", f"{d['turns_per_s']:.0f} turns/s", "—", "—"),
-            ("CPU per turn: serve / agents (sh + date)",
+            *([(f"drain / spawning the agent alone ({rate:.0f}/s, {MAX_CONCURRENT_TURNS} at a time)",
+                f"{d['turns_per_s'] / rate:.2f}", "≥ 0.25", "yes" if d["turns_per_s"] / rate >= 0.25
+                else "no")] if rate else []),
+            ("CPU per turn: serve / agents",
              f"{d['cpu_ms_per_turn']:.1f} / {d['agent_cpu_ms_per_turn']:.1f} ms", "—", "—"),
             ("startup with recovery (spawn → ready)", f"{d['ready_s']:.2f} s", "—", "—"),
             ("peak threads of serve", str(d["peak_threads"]), f"≤ {THREADS_TARGET}",
@@ -588,6 +633,10 @@ def main() -> int:
                     help="baseline spawns (default: --deliveries)")
     ap.add_argument("--conversations", type=int, default=10_000,
                     help="conversations to drain (0 skips the drain)")
+    ap.add_argument("--drain-agent", choices=sorted(DRAIN_AGENTS), default="true",
+                    help="the drain's (and the spawn rate's) agent: /bin/true, or the shell one")
+    ap.add_argument("--spawns", type=int, default=0,
+                    help="spawns for the spawn rate (default: --conversations; 0 with no drain)")
     ap.add_argument("--batch", type=int, default=500,
                     help="admissions per pre-population transaction")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
@@ -602,13 +651,18 @@ def main() -> int:
           f"server threads={SERVER_THREADS}", flush=True)
     try:
         base = summary(spawn_baseline(args.baseline or args.deliveries, work))
+        spawns = args.spawns or args.conversations
+        drain_agent = DRAIN_AGENTS[args.drain_agent]
+        rate = spawn_rate(spawns, MAX_CONCURRENT_TURNS, work, drain_agent) if spawns else None
         print(f"load average before the latency part: {load()}", flush=True)
         lat = latency(args.deliveries, args.spacing_ms, work)
         print(f"load average after it: {load()}", flush=True)
-        d = drain(args.conversations, args.batch, work) if args.conversations > 0 else None
+        print(f"drain agent: {drain_agent!r}", flush=True)
+        d = drain(args.conversations, args.batch, work, drain_agent) if args.conversations > 0 \
+            else None
         if d is not None:
             print(f"load average after the drain: {load()}", flush=True)
-        ok = report(base, lat, d, args.spacing_ms)
+        ok = report(base, lat, d, args.spacing_ms, rate)
     finally:
         _stop_children()
         if args.keep:
