@@ -68,7 +68,7 @@ def test_claude_plans_read_only_and_the_worktree_stays_untouched(
     from tests.fakes.linear import FakeLinear
     from tests.fakes.model import WriteFile
     from tests.helpers import git
-    from tests.integration.actors.test_planning import READY, gate, move, planning_check, team
+    from tests.integration.actors.test_planning import READY, gate, move, planning_check, sent, team
 
     executable = require_cli("claude")
     model.script([WriteFile("planned-change.txt", "must not exist\n"),
@@ -79,7 +79,8 @@ def test_claude_plans_read_only_and_the_worktree_stays_untouched(
                          "repo": str(repo)}])
     wait_until(lambda: planning_check(h), message="planning set up")
     h.deliver(move(READY))
-    wait_until(lambda: gate(h)["phase"] == "awaiting", timeout=60, message="the plan was posted")
+    wait_until(lambda: gate(h)["phase"] == "awaiting", timeout=60, message="the plan was recorded")
+    sent(h)  # the plan comment leaves through the outbox after the gate moves
     body = next(r.body["variables"]["input"]["body"] for r in h.linear.comments())
     assert "2. Fix the clock" in body
     workspace = h.service.config.workspaces_path / h.only_conversation()["id"]
