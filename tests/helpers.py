@@ -7,7 +7,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -60,3 +60,16 @@ def make_repo(path: Path) -> Path:
     git(path, "add", "README.md")
     git(path, "commit", "--quiet", "-m", "first")
     return path
+
+
+def kept_journal(service: Any) -> str:
+    """Everything the service's journal keeps, as stored: the file's lines on one host, the
+    table's rows when hosts share the database (engine "dbos")."""
+    from wakeline.journal import JournalFile
+
+    if isinstance(service.journal_file, JournalFile):
+        directory = service.config.journal_path
+        return "".join(p.read_text() for p in directory.iterdir() if p.is_file()) \
+            if directory.is_dir() else ""
+    rows = service.store.db.execute_sql("SELECT entry_id, entry FROM journal_entries").fetchall()
+    return "\n".join(f"{r[0]} {r[1]}" for r in rows)

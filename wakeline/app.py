@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,10 +32,11 @@ from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
 from wakeline.http.server import Listener
 from wakeline.inbox import Inbox
-from wakeline.journal import JournalFile
+from wakeline.journal import JournalFile, JournalStore
 from wakeline.logs import setup_logging
 from wakeline.metrics import Metrics
 from wakeline.models.envelopes import ControlMessage
+from wakeline.models.journal_table import JournalTable
 from wakeline.models.outbox import EffectKind
 from wakeline.models.states import Outcome
 from wakeline.models.store import Store
@@ -146,7 +148,7 @@ class Service:
     tracker: Any
     echo_memory: Any
     journal: Any
-    journal_file: JournalFile
+    journal_file: JournalStore
     ticker: Ticker
     turn_env: TurnEnv
     stopped: bool = False
@@ -234,7 +236,10 @@ def build_service(
     inbox = Inbox(store)
     workflow = WorkflowRegistry({r.name: r.teams for r in config.routes if r.planning})
     router = Router(config, workflow)
-    journal_file = JournalFile(config.journal_path, clock, secrets.values())
+    # One journal for every host that shares the database; a file on one host.
+    journal_file: JournalStore = JournalTable(
+        store.db, clock, secrets.values(), host=config.scale.host_id or socket.gethostname()) \
+        if config.scale.engine == "dbos" else JournalFile(config.journal_path, clock, secrets.values())
     journal = Journal.start(journal_file, metrics.journal_failed,
                             group_window=JOURNAL_GROUP_WINDOW_SECONDS).proxy()
     recorder = Recorder(journal, lambda: to_ms(clock.now()), owner_user_ids=config.linear.owner_user_ids,

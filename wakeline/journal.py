@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from wakeline.clock import Clock, iso, to_ms
 from wakeline.errors import Unavailable
@@ -93,7 +93,7 @@ class Note:
     issue_keys: tuple[str, ...] = ()  # keys the source itself states, listed first
 
 
-def _render(note: Note, secret_values: Sequence[str]) -> dict[str, Any]:
+def render_entry(note: Note, secret_values: Sequence[str]) -> dict[str, Any]:
     """The entry for a note, `seq` still 0: scrubbed, bounded, with its keys and SHAs."""
     if note.kind not in KINDS:
         raise ValueError(f"unknown journal kind {note.kind!r}")
@@ -111,7 +111,8 @@ def _render(note: Note, secret_values: Sequence[str]) -> dict[str, Any]:
             "thread": field(note.thread), "stage": field(note.stage)}
 
 
-def _dumps(entry: dict[str, Any]) -> str:
+def dumps_entry(entry: dict[str, Any]) -> str:
+    """An entry as one compact line of UTF-8 JSON."""
     return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -136,7 +137,7 @@ def _parse(line: bytes) -> _Kept | None:
     try:
         entry = json.loads(line)
         if isinstance(entry, dict) and type(entry.get("seq")) is int and entry.get("id"):
-            return _Kept(entry["seq"], _at_ms(entry["at"]), entry, _dumps(entry))
+            return _Kept(entry["seq"], _at_ms(entry["at"]), entry, dumps_entry(entry))
     except (ValueError, TypeError, KeyError):
         pass
     return None
@@ -155,6 +156,34 @@ class Page:
         """The API's response body."""
         return {"entries": self.entries, "recordingSince": self.recording_since,
                 "oldest": self.oldest, "newest": self.newest}
+
+
+class JournalStore(Protocol):
+    """Where entries are kept: a file on one host (`JournalFile`), a table of the shared
+    database for several (`models.journal_table.JournalTable`)."""
+
+    @property
+    def is_open(self) -> bool:
+        """True between a successful `open()` and `close()`."""
+
+    def open(self) -> None:
+        """Make the journal ready; OSError when it cannot be."""
+
+    def close(self) -> None:
+        """Stop taking entries and release every waiter."""
+
+    def append(self, notes: Sequence[Note]) -> list[dict[str, Any]]:
+        """Keep the notes not kept already; their entries."""
+
+    def compact_if_due(self) -> bool:
+        """Drop what readers can no longer see, when it is time."""
+
+    def page(self, *, limit: int = 100, older: int | None = None,
+             newer: int | None = None) -> Page:
+        """A page of visible entries, oldest first."""
+
+    def wait_newer(self, cursor: int, timeout: float) -> bool:
+        """Block until an entry after `cursor` is visible, or `timeout` seconds pass."""
 
 
 # --- the file --------------------------------------------------------------------------------
@@ -305,7 +334,7 @@ class JournalFile:
             ValueError: a note has an unknown kind (nothing is written).
             OSError: the write failed (nothing of the batch is kept).
         """
-        drafts = [(n.at_ms, _render(n, self._secrets)) for n in notes]  # no lock needed
+        drafts = [(n.at_ms, render_entry(n, self._secrets)) for n in notes]  # no lock needed
         with self._cond:
             if self._fd is None:
                 raise OSError("the journal is not open")
@@ -319,7 +348,7 @@ class JournalFile:
                 batch_ids.add(entry["id"])
                 self._seq += 1
                 entry["seq"] = self._seq
-                fresh.append(_Kept(self._seq, at_ms, entry, _dumps(entry)))
+                fresh.append(_Kept(self._seq, at_ms, entry, dumps_entry(entry)))
             if not fresh:
                 return []
             try:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pykka
 
-from wakeline.journal import KINDS, JournalFile, Note
+from wakeline.journal import KINDS, JournalStore, Note
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 class Journal(pykka.ThreadingActor):
     """Appends the owner's journal; producers tell it and move on."""
 
-    def __init__(self, file: JournalFile, on_failure: Callable[[], None] = lambda: None, *,
+    def __init__(self, file: JournalStore, on_failure: Callable[[], None] = lambda: None, *,
                  group_window: float = 0.0) -> None:
         super().__init__()
         self._file = file

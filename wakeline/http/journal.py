@@ -24,7 +24,7 @@ import falcon
 from wakeline.errors import BadRequest
 from wakeline.http.auth import lanes
 from wakeline.http.params import int_param
-from wakeline.journal import PAGE_MAX, JournalFile
+from wakeline.journal import PAGE_MAX, JournalStore
 from wakeline.tokens import Lane
 
 DEFAULT_LIMIT = 100
@@ -34,7 +34,7 @@ MAX_WAIT_SECONDS = 20.0
 class JournalPage:
     """`GET /v1/journal?limit=N`, `?older=C`, `?newer=C&wait=S`."""
 
-    def __init__(self, journal: JournalFile) -> None:
+    def __init__(self, journal: JournalStore) -> None:
         self._journal = journal
 
     @falcon.before(lanes(Lane.OPERATOR))
@@ -92,7 +92,7 @@ class OwnerPage:
         resp.set_header("Cache-Control", "no-store")
 
 
-def add_routes(app: falcon.App, journal: JournalFile | None) -> None:
+def add_routes(app: falcon.App, journal: JournalStore | None) -> None:
     """Mount the journal resources (the API only when a journal runs)."""
     app.add_route("/journal", OwnerPage())
     if journal is not None:

@@ -26,7 +26,7 @@ from wakeline.tokens import Lane, TokenRegistry
 
 if TYPE_CHECKING:
     from wakeline.agents.progress import TurnProgress
-    from wakeline.journal import JournalFile
+    from wakeline.journal import JournalStore
     from wakeline.providers.linear.client import RequestBudget
     from wakeline.providers.linear.credentials import Credential
     from wakeline.providers.linear.install import Installer
@@ -166,7 +166,7 @@ def create_operator_app(
     secrets: Secrets | None = None,
     budget: RequestBudget | None = None,
     echo_memory: Any = None,
-    journal: JournalFile | None = None,
+    journal: JournalStore | None = None,
     credential: Credential | None = None,
     installer: Installer | None = None,
     live_turns: Mapping[str, TurnProgress] | None = None,

@@ -364,4 +364,19 @@ MIGRATIONS.append(
     ["ALTER TABLE control_bindings ADD COLUMN answered_through INTEGER"]
 )
 
+MIGRATIONS.append(
+    # The owner's journal in the shared database, for hosts that share one (engine "dbos";
+    # wakeline/models/journal_table.py): `id` is the entry's seq, `entry_id` its source id.
+    [
+        """CREATE TABLE journal_entries (
+            id INTEGER PRIMARY KEY,
+            entry_id TEXT NOT NULL UNIQUE,
+            at INTEGER NOT NULL,
+            host TEXT NOT NULL DEFAULT '',
+            entry TEXT NOT NULL
+        )""",
+        "CREATE INDEX journal_entries_at ON journal_entries (at)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

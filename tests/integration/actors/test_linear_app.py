@@ -23,7 +23,7 @@ from freezegun import freeze_time
 
 from tests.conftest import FROZEN_AT, OPERATOR_TOKEN, session_event, signed
 from tests.fakes.linear import FakeLinear, FakeOAuth
-from tests.helpers import wait_until
+from tests.helpers import kept_journal, wait_until
 from wakeline.cli import cli
 
 DAY = 24 * 3600
@@ -105,10 +105,9 @@ def test_install_through_the_callback(harness: Callable[..., Any],
                             timeout=10)
     assert refused.status_code == 403
     secrets = [stored["access_token"], stored["refresh_token"], h.linear.oauth.client_secret, code]
-    journal = h.service.config.journal_path
     logged = "\n".join(r.getMessage() + repr(r.__dict__) for r in caplog.records
                        if r.name.startswith("wakeline"))  # the test's own HTTP client logs URLs
-    text = logged + "".join(p.read_text() for p in journal.iterdir() if p.is_file()) \
+    text = logged + kept_journal(h.service) \
         + json.dumps(doctor) + json.dumps(h.api("GET", "/v1/status").json())
     assert not [s for s in secrets if s in text]
 
