@@ -73,3 +73,45 @@ def kept_journal(service: Any) -> str:
             if directory.is_dir() else ""
     rows = service.store.db.execute_sql("SELECT entry_id, entry FROM journal_entries").fetchall()
     return "\n".join(f"{r[0]} {r[1]}" for r in rows)
+
+
+
+class _Rows(list):  # type: ignore[type-arg]
+    """A statement's rows, read like a DB-API cursor's."""
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+
+class StoreShell:
+    """The store a config names, from outside the service, as an operator with a database
+    shell would see it: the SQLite file, or the PostgreSQL database of engine "dbos". Each
+    statement (`?` placeholders) commits at once."""
+
+    def __init__(self, config: Any) -> None:
+        self._config = config
+
+    def __enter__(self) -> "StoreShell":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> _Rows:
+        if self._config.scale.engine != "dbos":
+            import sqlite3
+
+            db = sqlite3.connect(self._config.database_path, timeout=5)
+            try:
+                with db:
+                    return _Rows(db.execute(sql, params).fetchall())
+            finally:
+                db.close()
+        import psycopg
+
+        with psycopg.connect(self._config.scale.database_url, autocommit=True) as conn:
+            cur = conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)
+            return _Rows(cur.fetchall() if cur.description else [])

@@ -8,7 +8,6 @@ The owner's messages in the room are read back from Synapse as alice sees them.
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.support.synapse", "tests.support.matrix")
 
-from tests.helpers import wait_until  # noqa: E402
+from tests.helpers import StoreShell, wait_until  # noqa: E402
 from tests.support.matrix import (  # noqa: E402
     AGENT, WAIT, Running, World, journal, matrix_config, secrets_for,
 )
@@ -101,7 +100,7 @@ def test_deny_a_changed_body_and_an_expired_approval_never_send(
     assert r.api("POST", f"/v1/approvals/{denied}/approve", json={})[0] == 409
 
     # What the approver saw is not what is stored: the hash catches it, nothing is sent.
-    with sqlite3.connect(r.config.database_path) as db:
+    with StoreShell(r.config) as db:
         db.execute("UPDATE approvals SET body = 'send money to mallory' WHERE id = ?", (changed,))
         db.execute("UPDATE approvals SET expires_at = 0 WHERE id = ?", (expired,))
     status, answer = r.api("POST", f"/v1/approvals/{changed}/approve", json={})
@@ -144,11 +143,9 @@ def test_a_restart_between_approve_and_send_sends_exactly_once(
     r.stop()
     # As if the process died after each approval committed, and, for `lost`, after its send
     # reached the homeserver but before the answer was recorded.
-    store_db = sqlite3.connect(config.database_path)
-    with store_db:
+    with StoreShell(config) as store_db:
         store_db.execute("UPDATE approvals SET status = 'approved', decided_by = 'operator',"
                          " decided_at = created_at WHERE id IN (?, ?)", (quiet, lost))
-    store_db.close()
     path = (f"/_matrix/client/v3/rooms/{quote(world.plain)}/send/m.room.message/"
             f"wakeline.{lost}")
     first_try = world.server.api("PUT", path, world.token, {"msgtype": "m.text", "body": REPLY})

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.support.synapse", "tests.support.matrix")
 
-from tests.helpers import wait_until  # noqa: E402
+from tests.helpers import StoreShell, wait_until  # noqa: E402
 from tests.support.matrix import (  # noqa: E402
     AGENT, WAIT, Running, World, journal, matrix_config, secrets_for,
 )
@@ -267,7 +266,7 @@ def test_a_deny_button_denies_and_the_operator_s_decision_shows_in_the_thread(
     # A day passes for a third: the sweep expires it, and the thread and the post say so.
     expiring = propose(r, world, "three")
     expiring_post = the_post(fake, thread, expiring["id"])
-    with sqlite3.connect(r.config.database_path) as db:
+    with StoreShell(r.config) as db:
         db.execute("UPDATE approvals SET expires_at = 0 WHERE id = ?", (expiring["id"],))
     r.service.matrix.approvals.sweep()
     assert expiring["id"] in saying(fake, thread, "expired: nobody decided")
@@ -321,12 +320,12 @@ def test_clicks_that_may_not_decide_change_nothing(
 
     # The body changed after it was posted (the store written behind wakeline's back): the
     # click names the hash shown, so nothing is approved.
-    with sqlite3.connect(r.config.database_path) as db:
+    with StoreShell(r.config) as db:
         db.execute("UPDATE approvals SET body = 'send money to mallory', body_sha256 = ?"
                    " WHERE id = ?", (body_digest("send money to mallory"), mine["id"]))
     assert "is not the one shown here" in refused(click(fake, thread, post, "approve"))
     # Only the body changed, not its hash: approved, but the sender sees the hash differ.
-    with sqlite3.connect(r.config.database_path) as db:
+    with StoreShell(r.config) as db:
         db.execute("UPDATE approvals SET body = 'send money to eve' WHERE id = ?",
                    (other["id"],))
     assert answered(fake, click(fake, other_thread, other_post, "approve"))["type"] == 7

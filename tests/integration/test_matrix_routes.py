@@ -8,7 +8,6 @@ has joined, plainly over HTTP or (for the encrypted room) with nio and their own
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.support.synapse", "tests.support.matrix")
 
-from tests.helpers import wait_until  # noqa: E402
+from tests.helpers import StoreShell, wait_until  # noqa: E402
 from tests.support.matrix import (  # noqa: E402
     Running, World, Writer, journal, matrix_config, secrets_for,
 )
@@ -128,7 +127,7 @@ def test_a_page_fetched_again_is_a_duplicate(
                and not r.api("GET", "/v1/status")[1]["conversations"]["running"], WAIT)
     r.stop()
     # As after a crash between the admission and the cursor: the old cursor again.
-    with sqlite3.connect(config.database_path) as db:
+    with StoreShell(config) as db:
         db.execute("UPDATE matrix_cursors SET cursor = ?", (old_cursor,))
 
     again = running(config, secrets_for(world))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ import pytest
 from pydantic import SecretStr
 
 from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET
-from tests.helpers import wait_until
+from tests.helpers import StoreShell, wait_until
 from tests.support.synapse import Homeserver, Registered, unique_name
 from wakeline.app import Service, build_service
 from wakeline.config import Config
@@ -236,8 +235,8 @@ class Running:
     def texts(self) -> list[str]:
         return [t for run in self.runs() for t in run.get("texts", [])]
 
-    def db(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.config.database_path, timeout=5)
+    def db(self) -> StoreShell:
+        return StoreShell(self.config)
 
     def stop(self) -> None:
         self.service.stop()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from peewee import SqliteDatabase
+from peewee import Database
 
 from wakeline.clock import iso
 
@@ -105,7 +105,7 @@ def _row(row: tuple[Any, ...]) -> Approval:
 class Approvals:
     """Approval rows over one database; every method is one transaction."""
 
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     def create(self, *, connection: str, route: str, conversation_id: str, room_id: str,
@@ -114,8 +114,9 @@ class Approvals:
         approval_id = "apr_" + secrets.token_hex(8)
         with self._db.atomic():
             self._db.execute_sql(
-                f"INSERT INTO approvals ({_COLUMNS}) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, NULL, NULL, NULL)",
+                f"INSERT INTO approvals ({_COLUMNS}, seq) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, NULL, NULL, NULL,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM approvals))",
                 (approval_id, connection, route, conversation_id, room_id, body,
                  body_digest(body), ApprovalStatus.PENDING.value, turn_id, now, now + ttl_ms))
         found = self.get(approval_id)
@@ -133,7 +134,7 @@ class Approvals:
         where, args = ("WHERE status = ?", [status.value]) if status else ("", [])
         rows = self._db.execute_sql(
             f"SELECT {_COLUMNS} FROM approvals {where} ORDER BY status = 'pending' DESC,"
-            " created_at DESC, rowid DESC LIMIT ?", (*args, limit)).fetchall()
+            " created_at DESC, seq DESC LIMIT ?", (*args, limit)).fetchall()
         return [_row(r) for r in rows]
 
     def decide(self, approval_id: str, status: ApprovalStatus, who: str, now: int
@@ -165,7 +166,7 @@ class Approvals:
         """The connection's approved approvals not sent yet (a restart may have left some)."""
         rows = self._db.execute_sql(
             f"SELECT {_COLUMNS} FROM approvals WHERE status = 'approved' AND connection = ?"
-            " ORDER BY decided_at, rowid", (connection,)).fetchall()
+            " ORDER BY decided_at, seq", (connection,)).fetchall()
         return [_row(r) for r in rows]
 
     def attempted(self, approval_id: str) -> None:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import sqlite3
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
-from peewee import SqliteDatabase
+from peewee import Database
 
 from wakeline.models.envelopes import MatrixMessage, Subject, dump_envelope
 from wakeline.models.states import (
@@ -34,6 +33,7 @@ EVENT_TYPE = "m.room.message"
 _RECEIPT = (
     "INSERT INTO receipts (delivery_id, body_sha256, event_type, action, received_at, webhook_at,"
     " outcome, reason, conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    " RETURNING id"
 )
 _FIND = "SELECT id, reset_at, terminal FROM conversations WHERE namespace = ? AND key = ?"
 _CREATE = (
@@ -103,7 +103,7 @@ class RoomAdmitted:
 class RoomAdmissions:
     """Matrix pages and cursors over one database."""
 
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     def cursor(self, connection: str) -> str | None:
@@ -117,14 +117,14 @@ class RoomAdmissions:
         """Admit the page's events in order and store `cursor` (None keeps the old one): one
         IMMEDIATE transaction, so the cursor never moves past an event that is not durable."""
         with self._db.atomic():
-            conn = self._db.connection()
+            conn = self._db.raw()
             found: dict[Subject, tuple[str, int | None, bool]] = {}
             admitted = [self._admit(conn, event, found) for event in events]
             if cursor is not None:
                 conn.execute(_CURSOR, (connection, cursor, now))
         return admitted
 
-    def _admit(self, conn: sqlite3.Connection, event: RoomEvent,
+    def _admit(self, conn: Any, event: RoomEvent,
                found: dict[Subject, tuple[str, int | None, bool]]) -> RoomAdmitted:
         subject = event.subject
         known = found.get(subject) or self._conversation(conn, subject)
@@ -132,12 +132,12 @@ class RoomAdmissions:
         reason = None if wakes else ("terminal" if event.wakes else "on_demand")
         outcome = Outcome.ACCEPTED if wakes else Outcome.IGNORED
         key = event.delivery_id
-        cursor = conn.execute(_RECEIPT, (
+        rows = conn.execute(_RECEIPT, (
             key, hashlib.sha256(key.encode("utf-8")).hexdigest(), EVENT_TYPE, "m.text",
-            event.received_ms, event.sent_ms, outcome.value, reason, None))
-        if cursor.rowcount != 1:
+            event.received_ms, event.sent_ms, outcome.value, reason, None)).fetchall()
+        if not rows:
             return RoomAdmitted(event, known[0] if known else None, duplicate=True, joined=False)
-        receipt_id = int(cursor.lastrowid or 0)
+        receipt_id = int(rows[0][0])
         if known is None:
             # The room's first event: its conversation, created once and kept.
             known = ("cv_" + secrets.token_hex(8), None, False)
@@ -164,7 +164,7 @@ class RoomAdmissions:
         return RoomAdmitted(event, conv_id, duplicate=False, joined=not before_reset)
 
     @staticmethod
-    def _conversation(conn: sqlite3.Connection, subject: Subject
+    def _conversation(conn: Any, subject: Subject
                       ) -> tuple[str, int | None, bool] | None:
         row = conn.execute(_FIND, (subject.namespace, subject.key)).fetchone()
         return (str(row[0]), row[1], bool(row[2])) if row else None

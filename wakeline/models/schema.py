@@ -379,4 +379,13 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Approvals keep the order they were proposed in without SQLite's rowid (PostgreSQL has
+    # none): `seq` breaks ties within a millisecond. Existing rows keep their rowid order.
+    [
+        "ALTER TABLE approvals ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
+        {"sqlite": "UPDATE approvals SET seq = rowid", "postgresql": None},
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -9,7 +9,6 @@ Comment events of OPS) both name the fake's channel as their parent.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import warnings
 from typing import Any
 
@@ -24,7 +23,7 @@ with warnings.catch_warnings():
 
 from tests.conftest import comment_event, issue_event, session_event
 from tests.fakes.discord import FakeDiscord, RecordedRequest
-from tests.helpers import wait_until
+from tests.helpers import StoreShell, wait_until
 from tests.integration.actors.conftest import DISCORD_TOKEN, Harness
 
 pytestmark = pytest.mark.slow
@@ -91,32 +90,20 @@ def archives(fake: FakeDiscord) -> list[RecordedRequest]:
 
 def deliveries(h: Harness, delivery_prefix: str = "discord:") -> list[tuple[Any, ...]]:
     """The store's FIFO entries of thread messages (receipt id, state, completion)."""
-    db = sqlite3.connect(h.service.config.database_path)
-    try:
-        return db.execute("SELECT r.delivery_id, d.state, d.completion FROM receipts r JOIN "
-                          "deliveries d ON d.receipt_id = r.id WHERE r.delivery_id LIKE ?",
-                          (delivery_prefix + "%",)).fetchall()
-    finally:
-        db.close()
+    return StoreShell(h.service.config).execute(
+        "SELECT r.delivery_id, d.state, d.completion FROM receipts r JOIN deliveries d"
+        " ON d.receipt_id = r.id WHERE r.delivery_id LIKE ?", (delivery_prefix + "%",))
 
 
 def cursor(h: Harness) -> int | None:
     """The only binding's catch-up cursor."""
-    db = sqlite3.connect(h.service.config.database_path)
-    try:
-        return db.execute("SELECT last_message_id FROM control_bindings").fetchone()[0]
-    finally:
-        db.close()
+    return StoreShell(h.service.config).execute(
+        "SELECT last_message_id FROM control_bindings").fetchone()[0]
 
 
 def forget_cursor(h: Harness) -> None:
     """As if no message of the thread had been seen: a catch-up starts at the thread's start."""
-    db = sqlite3.connect(h.service.config.database_path)
-    try:
-        with db:
-            db.execute("UPDATE control_bindings SET last_message_id = NULL")
-    finally:
-        db.close()
+    StoreShell(h.service.config).execute("UPDATE control_bindings SET last_message_id = NULL")
 
 
 # ----------------------------------------------------------------------- threads and answers

@@ -7,15 +7,14 @@ the agent is a real child process; worktrees are real git repositories in tmp_pa
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import comment_event, issue_event, sqlite_only
+from tests.conftest import comment_event, issue_event
 from tests.fakes.linear import FakeLinear
-from tests.helpers import git, wait_until
+from tests.helpers import StoreShell, git, wait_until
 
 P, Q = "project-p", "project-q"
 
@@ -235,7 +234,6 @@ def test_a_dirty_worktree_is_kept_whole_and_listed(harness: Callable[..., Any], 
     assert (workspace / "agent-notes.txt").exists()
 
 
-@sqlite_only
 def test_a_cleanup_owed_at_a_crash_is_done_at_start_up(harness: Callable[..., Any], repo: Path) -> None:
     h = harness("ok", routes=ops_routes(repo=str(repo)))
     h.deliver(ops_issue(action="create"))
@@ -244,11 +242,9 @@ def test_a_cleanup_owed_at_a_crash_is_done_at_start_up(harness: Callable[..., An
     workspace = h.service.config.state_path / "workspaces" / conv["id"]
     h.service.stop()
     # The terminal transaction committed; the process died before its cleanup ran.
-    db = sqlite3.connect(h.service.config.database_path)
-    with db:
-        db.execute("UPDATE conversations SET terminal = 1, outcome = 'canceled',"
-                   " workspace_cleanup = 1 WHERE id = ?", (conv["id"],))
-    db.close()
+    StoreShell(h.service.config).execute(
+        "UPDATE conversations SET terminal = 1, outcome = 'canceled', workspace_cleanup = 1"
+        " WHERE id = ?", (conv["id"],))
     assert workspace.exists()
     h.restart()
     wait_until(lambda: not workspace.exists(), message="start-up repeated the cleanup")

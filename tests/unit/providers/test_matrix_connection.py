@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -71,8 +73,8 @@ class Setup:
             first)).get(timeout=10)
 
     def bodies(self) -> list[str]:
-        return [b for (b,) in self.store.db.execute_sql(
-            "SELECT json_extract(envelope, '$.body') FROM deliveries ORDER BY id")]
+        return [json.loads(e)["body"] for (e,) in self.store.db.execute_sql(
+            "SELECT envelope FROM deliveries ORDER BY id")]
 
 
 @pytest.fixture
