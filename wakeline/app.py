@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import pykka
 from wakeline.actors.conversation import TurnEnv
 from wakeline.actors.echo_memory import EchoMemory
 from wakeline.actors.journal import Journal
-from wakeline.actors.supervisor import Supervisor
+from wakeline.actors.supervisor import Supervisor, run_one_turn
 from wakeline.actors.tracker import OWNERSHIP_BACKOFF_SECONDS, Tracker
 from wakeline.admission import AdmissionWriter
 from wakeline.clock import Clock, SystemClock, to_ms
@@ -53,7 +52,8 @@ from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
-from wakeline.scheduling import store_target
+from wakeline.scheduling import Scheduler, host_id_of, shared_engine, store_target
+from wakeline.scheduling.local import LocalScheduler
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
 from wakeline.ticker import Ticker
 from wakeline.tokens import TokenRegistry
@@ -151,6 +151,7 @@ class Service:
     journal_file: JournalStore
     ticker: Ticker
     turn_env: TurnEnv
+    scheduler: Scheduler
     stopped: bool = False
     matrix: Any = None  # MatrixRoutes, when [matrix.connections.*] exist (decision 0024)
     discord: Any = None  # DiscordService when a bot token is configured
@@ -159,6 +160,7 @@ class Service:
         """Start the fork server, recover the FIFO, then the writer, the listeners, the ticker."""
         self.turn_env.forkserver.start()
         self.supervisor.recover().get()
+        self.scheduler.start()  # after recovery: a shared engine's first jobs resume its turns
         self.writer.start()
         if self.matrix is not None:
             self.matrix.start()
@@ -186,6 +188,7 @@ class Service:
             self.matrix.stop()  # no page is admitted after this; the cursor stays committed
         self.ticker.stop()
         self.operator.stop()
+        self.scheduler.stop()  # no job starts a turn here once the slots stop
         self.supervisor.actor_ref.stop()
         self.tracker.actor_ref.stop()
         self.echo_memory.actor_ref.stop()
@@ -224,7 +227,9 @@ def build_service(
         raise ValueError("an operator token is required (prepare_state creates one)")
     # The state dir holds secrets and the journal whichever backend holds the store.
     config.state_path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    store = Store.open(store_target(config, secrets), clock, config.inbox.following)
+    host_id = host_id_of(config)
+    target = store_target(config, secrets)
+    store = Store.open(target, clock, config.inbox.following, host=host_id)
 
     def depths() -> dict[str, int]:
         counts = store.counts()
@@ -237,8 +242,7 @@ def build_service(
     workflow = WorkflowRegistry({r.name: r.teams for r in config.routes if r.planning})
     router = Router(config, workflow)
     # One journal for every host that shares the database; a file on one host.
-    journal_file: JournalStore = JournalTable(
-        store.db, clock, secrets.values(), host=config.scale.host_id or socket.gethostname()) \
+    journal_file: JournalStore = JournalTable(store.db, clock, secrets.values(), host=host_id) \
         if config.scale.engine == "dbos" else JournalFile(config.journal_path, clock, secrets.values())
     journal = Journal.start(journal_file, metrics.journal_failed,
                             group_window=JOURNAL_GROUP_WINDOW_SECONDS).proxy()
@@ -305,7 +309,15 @@ def build_service(
     turn_env.journal_progress = recorder.progress
     turn_env.lines_skipped = metrics.stream_lines_were_skipped
     tracker.subscribe(turn_env.settled.notify)
-    supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns).proxy()
+    # Hosts sharing the database: the engine hands this supervisor the turns it runs here.
+    here: list[Any] = []
+    engine = shared_engine(
+        config, str(target), store, run_turn=lambda cid: run_one_turn(here[0], cid),
+        repair_host=lambda host: here[0].repair_host(host).get(timeout=60),
+        running=lambda: len(turn_env.live))
+    supervisor = Supervisor.start(turn_env, config.agent.max_concurrent_turns, engine).proxy()
+    here.append(supervisor)
+    scheduler: Scheduler = engine or LocalScheduler(host_id, lambda: len(turn_env.live))
     def ownership_settled(conversation_id: str, owned: bool) -> None:
         supervisor.wake.defer([conversation_id])
         recorder.lifecycle(conversation_id, "owned" if owned else "not_owned",
@@ -427,6 +439,7 @@ def build_service(
             extra_checks=[check for check in (discord.checks if discord is not None else None,
                                               matrix.doctor if matrix is not None else None)
                           if check is not None],
+            hosts=scheduler.hosts,
         ),
         host=server.operator_host,
         port=server.operator_port,
@@ -455,7 +468,7 @@ def build_service(
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
                    supervisor, tracker, echo_memory, journal, journal_file, ticker, turn_env,
-                   matrix=matrix, discord=discord)
+                   scheduler, matrix=matrix, discord=discord)
 
 
 def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store,

@@ -16,6 +16,8 @@ import pytest
 pytest.importorskip("dbos")
 
 from tests.helpers import wait_until  # noqa: E402
+from wakeline.clock import SystemClock  # noqa: E402
+from wakeline.models.store import Store  # noqa: E402
 from wakeline.scheduling.dbos import DBOS_VERSION, DbosScheduler, DbosSettings  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -49,17 +51,18 @@ def test_turns_of_a_conversation_run_one_at_a_time_in_order(postgres_url: str) -
             done[cid].append(seq)
         return True
 
+    Store.open(postgres_url, SystemClock()).dispose()  # the schema, wakeline_hosts with it
     scheduler = DbosScheduler(
         DbosSettings(database_url=postgres_url, host_id="host-a", worker_concurrency=3,
                      host_timeout_seconds=5, heartbeat_seconds=0.5),
-        run_turn, begin_wake=begun.append)
+        run_turn, begin_wake=lambda cid, generation: begun.append(cid))
     started = time.monotonic()
     scheduler.start()
     try:
         assert threading.current_thread().name != "dbos"
-        for cid in fifo:  # the same wake twice is one job (its workflow id)
-            scheduler.wake([cid], generation=1)
-            scheduler.wake([cid], generation=1)
+        for cid in fifo:  # the same job twice is one job (its workflow id)
+            scheduler.enqueue(cid, 1)
+            scheduler.enqueue(cid, 1)
         wait_until(lambda: all(len(d) == 4 for d in done.values()) and len(done) == 6,
                    timeout=60, message="every turn ran")
         assert overlaps == []

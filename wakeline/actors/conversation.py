@@ -264,13 +264,8 @@ class ConversationActor(pykka.ThreadingActor):
         """New work arrived, or the conversation changed: stop a turn that no longer exists
         or that Linear asked to stop."""
         running = self._running
-        if running is None or running.stop_reason is not None:
-            return
-        fifo = self._env.store.fifo
-        if not fifo.turn_alive(running.turn.turn_id):
-            self._request_stop(TurnResultKind.RETIRED)
-        elif fifo.stop_requested(running.turn.turn_id):
-            self._request_stop("linear_stop")
+        if running is not None and running.stop_reason is None:
+            self._stopped_elsewhere(running)
 
     def stop_turn(self) -> bool:
         """Stop the running turn; its deliveries complete as stopped. False when none runs."""
@@ -289,9 +284,12 @@ class ConversationActor(pykka.ThreadingActor):
                 "completed": outcome.completed if outcome else 0}
 
     def tick(self) -> None:
-        """Enforce the turn timeout and the kill grace period, by the injected clock."""
+        """Enforce the turn timeout and the kill grace period, by the injected clock; stop a
+        turn that a reset, a closure or a stop made elsewhere (another host) took away."""
         running = self._running
         if running is None:
+            return
+        if running.stop_reason is None and self._stopped_elsewhere(running):
             return
         now = self._env.clock.monotonic()
         agent = self._env.config.agent
@@ -350,6 +348,19 @@ class ConversationActor(pykka.ThreadingActor):
         self._supervisor.turn_ended.defer(self.conversation_id)
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _stopped_elsewhere(self, running: _Running) -> bool:
+        """One read: the turn is gone (reset, retired) or a stop was asked for in the store."""
+        try:
+            alive, stop_by = self._env.store.fifo.turn_status(running.turn.turn_id)
+        except Exception:
+            log.exception("turn status unreadable", extra={"turn_id": running.turn.turn_id})
+            return False
+        if not alive:
+            self._request_stop(TurnResultKind.RETIRED)
+        elif stop_by is not None:
+            self._request_stop("linear_stop" if stop_by == "linear" else TurnResultKind.STOPPED)
+        return not alive or stop_by is not None
 
     def _request_stop(self, reason: TurnResultKind | str) -> None:
         running = self._running

@@ -10,6 +10,13 @@ waiting; then the slot serves the next one.
 It also retires worktrees: a terminal or reset conversation owes its workspace
 a cleanup, done on a small janitor thread once no actor of it is live (a
 running agent is never pulled out from under), and again at start-up.
+
+Where hosts share the database, an engine (`scheduling/`) decides which
+conversation runs where: wakes of conversations with no live slot here go to
+`engine.wake`, and the engine's job asks for one turn here with `serve_one`; the
+supervisor's own queue then only holds such requests while every slot is busy.
+Recovery at start-up repairs only this host's turns: another host's are its own
+until it is found dead (`repair_host`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -38,9 +45,11 @@ SWEEP_EVERY_TICKS = 20
 class Supervisor(pykka.ThreadingActor):
     """Owns the map conversation id -> live actor and the turn slots."""
 
-    def __init__(self, env: TurnEnv, max_concurrent_turns: int) -> None:
+    def __init__(self, env: TurnEnv, max_concurrent_turns: int, engine: Any = None) -> None:
         super().__init__()
         self._env = env
+        self._engine = engine  # None: this supervisor decides (one host); else `wake`, `host_id`
+        self._waiters: dict[str, Future[bool]] = {}  # the engine's jobs, by conversation
         self._slot_count = max_concurrent_turns
         self._live: dict[str, Any] = {}  # conversation id -> the slot bound to it
         self._free: list[Any] = []  # idle slots' proxies (made once: a proxy is costly)
@@ -62,7 +71,11 @@ class Supervisor(pykka.ThreadingActor):
         self._free = list(reversed(self._slots))
 
     def on_stop(self) -> None:
-        """Stop every turn slot (running children get SIGTERM) and the janitor."""
+        """Stop every turn slot (running children get SIGTERM) and the janitor; the engine's
+        jobs waiting here end (their turns stay for recovery)."""
+        for waiter in self._waiters.values():
+            waiter.set_exception(RuntimeError("wakeline is stopping"))
+        self._waiters.clear()
         for slot in self._slots:
             slot.actor_ref.stop(block=False)
         self._live.clear()
@@ -76,22 +89,50 @@ class Supervisor(pykka.ThreadingActor):
     def recover(self) -> int:
         """Startup: repair the store, then wake every conversation with work. Returns how many."""
         now = to_ms(self._env.clock.now())
-        ids = self._env.store.fifo.recover(now, replies.RERUN_REPLY, replies.INTERRUPTED_REPLY)
+        hosts = [self._engine.host_id] if self._engine is not None else None
+        ids = self._env.store.fifo.recover(now, replies.RERUN_REPLY, replies.INTERRUPTED_REPLY,
+                                           hosts=hosts)
         self._env.kick_tracker()
         self.wake(ids)
         self._retire_workspaces()  # a crash between a retirement and its cleanup: redo it
         log.info("recovered", extra={"conversations_with_work": len(ids)})
         return len(ids)
 
+    def repair_host(self, host: str) -> list[str]:
+        """A dead host's turns are due again here or anywhere (the engine's takeover);
+        returns their conversations. Asked by the engine's thread, never an actor."""
+        now = to_ms(self._env.clock.now())
+        ids = self._env.store.fifo.recover(now, replies.RERUN_REPLY, replies.INTERRUPTED_REPLY,
+                                           hosts=[host])
+        self._env.kick_tracker()
+        return ids
+
     def wake(self, conversation_ids: Iterable[str]) -> None:
         """New work for these conversations (told by the admission writer and the ticker)."""
+        elsewhere = []
         for cid in conversation_ids:
             live = self._live.get(cid)
             if live is not None:
                 live.wake.defer()
+            elif self._engine is not None:
+                elsewhere.append(cid)
             elif cid not in self._queued:
                 self._queued.add(cid)
                 self._ready.append(cid)
+        if elsewhere:
+            self._engine.wake(elsewhere)  # returns at once: the engine enqueues on its thread
+        self._fill()
+
+    def serve_one(self, conversation_id: str, done: Future[bool]) -> None:
+        """The engine's job: run one turn of the conversation on a slot here; `done` gets
+        whether more work waits after it."""
+        if conversation_id in self._waiters or conversation_id in self._live:
+            # The engine runs one job of a conversation at a time: this is a job a takeover
+            # gave back while the first still runs here. It ends; the first one carries on.
+            done.set_result(False)
+            return
+        self._waiters[conversation_id] = done
+        self._ready.append(conversation_id)
         self._fill()
 
     def tick(self) -> None:
@@ -117,6 +158,15 @@ class Supervisor(pykka.ThreadingActor):
         if live is None:
             return
         runnable, cleanup_owed = self._next_step(conversation_id)
+        waiter = self._waiters.pop(conversation_id, None)
+        if waiter is not None:  # the engine's job: one turn, then the engine decides
+            del self._live[conversation_id]
+            self._free.append(live)
+            waiter.set_result(runnable)
+            if cleanup_owed and not runnable:
+                self._retire_workspaces([conversation_id])
+            self._fill()
+            return
         if runnable and not self._ready:
             live.run_next.defer()
             return
@@ -140,7 +190,10 @@ class Supervisor(pykka.ThreadingActor):
             raise NotFound(f"no conversation {conversation_id}")
         live = self._live.get(conversation_id)
         if operation == "stop":
-            stopped = live is not None and live.stop_turn().get(timeout=10)
+            if live is not None:
+                stopped = live.stop_turn().get(timeout=10)
+            else:  # another host may run it: the flag reaches it on its next tick
+                stopped = self._engine is not None and fifo.request_stop(conversation_id)
             if not stopped:
                 raise Conflict("no turn is running")
             return {"stopped": True}
@@ -226,3 +279,11 @@ class Supervisor(pykka.ThreadingActor):
                 continue
             slot = self._live[cid] = self._free.pop()
             slot.serve.defer(cid)
+
+
+def run_one_turn(supervisor: Any, conversation_id: str) -> bool:
+    """On an engine's thread: one turn of the conversation here, waited for; returns whether
+    more work waits after it."""
+    done: Future[bool] = Future()
+    supervisor.serve_one.defer(conversation_id, done)
+    return done.result()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import falcon
 
 from wakeline import __version__
-from wakeline.clock import Clock
+from wakeline.clock import Clock, iso
 from wakeline.config import Config
 from wakeline.errors import BadRequest
 from wakeline.http import (
@@ -32,15 +33,20 @@ if TYPE_CHECKING:
     from wakeline.providers.linear.install import Installer
     from wakeline.providers.linear.workflow import WorkflowRegistry
     from wakeline.providers.matrix.service import MatrixRoutes
+    from wakeline.scheduling import HostView
     from wakeline.secrets import Secrets
+
+log = logging.getLogger(__name__)
 
 
 class Status:
     """`GET /v1/status`."""
 
     def __init__(self, store: Store, inbox: Inbox, clock: Clock, live_actors: Callable[[], int],
-                 credential: Credential | None = None, matrix: MatrixRoutes | None = None) -> None:
+                 credential: Credential | None = None, matrix: MatrixRoutes | None = None,
+                 hosts: Callable[[], list[HostView]] | None = None) -> None:
         self._store = store
+        self._hosts = hosts
         self._inbox = inbox
         self._clock = clock
         self._started = clock.monotonic()
@@ -76,6 +82,19 @@ class Status:
         }
         if self._matrix is not None:
             resp.media["matrix"] = self._matrix.status()
+        if self._hosts is not None:
+            resp.media["hosts"] = hosts_json(self._hosts)
+
+
+def hosts_json(hosts: Callable[[], list[HostView]]) -> list[dict[str, Any]]:
+    """The hosts sharing the work, as status lists them; unreadable, none (the rest of the
+    status still answers)."""
+    try:
+        return [{"id": h.id, "lastSeen": iso(h.last_seen_ms), "alive": h.alive,
+                 "running": h.running, "skewMs": h.skew_ms} for h in hosts()]
+    except Exception:
+        log.exception("hosts unreadable")
+        return []
 
 
 class Following:
@@ -173,13 +192,14 @@ def create_operator_app(
     workflow: WorkflowRegistry | None = None,
     matrix: MatrixRoutes | None = None,
     extra_checks: Sequence[Callable[[], list[dict[str, Any]]]] = (),
+    hosts: Callable[[], list[HostView]] | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))
-    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential, matrix))
+    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential, matrix, hosts))
     app.add_route("/v1/following", Following(inbox))
     app.add_route("/v1/inbox", InboxPage(inbox))
     app.add_route("/v1/inbox/ack", InboxAck(inbox))

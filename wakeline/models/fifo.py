@@ -92,8 +92,8 @@ _HEAD = (
     " WHERE conversation_id = ? AND state IN ('pending', 'held') ORDER BY id LIMIT ?"
 )
 _NEW_TURN = (
-    "INSERT INTO turns (id, conversation_id, state, attempt, created_at, started_at)"
-    " VALUES (?, ?, 'running', 1, ?, ?)"
+    "INSERT INTO turns (id, conversation_id, state, attempt, created_at, started_at, host)"
+    " VALUES (?, ?, 'running', 1, ?, ?, ?)"
 )
 _CLAIM = "UPDATE deliveries SET state = 'claimed', turn_id = ? WHERE id IN ({marks})"
 _CLAIMED_CONVERSATION = (
@@ -141,6 +141,11 @@ class _Conv:
     agent_session_id: str | None
 
 
+def _stopped_text(stop_by: str | None) -> str:
+    """A stopped turn's recorded output, by who asked."""
+    return "stopped by the operator" if stop_by == "operator" else "stopped from Linear"
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
@@ -149,8 +154,9 @@ class Fifo:
     """Claims and their lifecycle over one database."""
 
     def __init__(self, db: Database, tables: Tables, outbox: Outbox,
-                 following: Callable[[], bool] = lambda: False) -> None:
+                 following: Callable[[], bool] = lambda: False, host: str | None = None) -> None:
         self._db = db
+        self.host = host  # recorded on the turns this process runs (hosts sharing the database)
         self._dialect = dialect = dialect_of(db)
         self._conversation_sql = _CONVERSATION_LOCKED.format(lock=dialect.for_update)
         self._turn_of_sql = _TURN_OF.format(lock=dialect.for_update)
@@ -190,7 +196,7 @@ class Fifo:
         if not batch:
             return None
         turn_id = _new_id("turn")
-        conn.execute(_NEW_TURN, (turn_id, conv.id, now, now))
+        conn.execute(_NEW_TURN, (turn_id, conv.id, now, now, self.host))
         conn.execute(_CLAIM.format(marks=", ".join("?" * len(batch))), (turn_id, *(r[0] for r in batch)))
         session_id = conv.session_id or _new_id("ses")
         if not conv.session_id or conv.workspace_cleanup or conv.workspace_kept:
@@ -214,12 +220,14 @@ class Fifo:
             if conv is None:
                 return None
             turn = t.turns.get_or_none(t.turns.conversation_id == conversation_id)
+            if turn is not None and self._elsewhere(turn):
+                return None  # running on another host that is alive: only a takeover frees it
             if turn is not None and not turn.stop_requested:
                 return self._resume(conv, turn, now)
             if turn is not None:
-                # Linear asked to stop it and it has not ended yet: it ends here, stopped,
-                # and the work it gave back is claimed below.
-                self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
+                # A stop was asked for and it has not ended yet: it ends here, stopped, and
+                # the work it gave back is claimed below.
+                self._end(turn.id, TurnResultKind.STOPPED, now, output=_stopped_text(turn.stop_by))
             if conv.terminal or conv.ownership == Ownership.PENDING:
                 return None  # closed, or waiting for the tracker to look up who owns the issue
             if conv.kind == ConversationKind.INBOX:
@@ -240,7 +248,7 @@ class Fifo:
                 return None
             turn_id = _new_id("turn")
             t.turns.insert(id=turn_id, conversation_id=conversation_id, state=TurnState.RUNNING.value,
-                           attempt=1, created_at=now, started_at=now).execute()
+                           attempt=1, created_at=now, started_at=now, host=self.host).execute()
             d.update(state=DeliveryState.CLAIMED.value, turn_id=turn_id).where(d.id.in_(batch)).execute()
             # The workspace is in use again: a cleanup owed since a retirement no longer applies.
             fields: dict[Any, Any] = {t.conversations.workspace_cleanup: False,
@@ -261,9 +269,14 @@ class Fifo:
             return None  # its backoff is not over: a new delivery does not cut it short
         if conv.kind == ConversationKind.INBOX and not self._following():
             return None
-        t.turns.update(state=TurnState.RUNNING.value, started_at=now, next_attempt_at=None) \
-            .where(t.turns.id == turn.id).execute()
+        t.turns.update(state=TurnState.RUNNING.value, started_at=now, next_attempt_at=None,
+                       host=self.host).where(t.turns.id == turn.id).execute()
         return self._claimed(conv, turn.id, turn.attempt)
+
+    def _elsewhere(self, turn: Any) -> bool:
+        """A turn another host is running: its host's start-up or a takeover marks it for a
+        re-run first (`recover`), so no second host resumes it while it may still run."""
+        return turn.state == TurnState.RUNNING and bool(turn.host) and turn.host != self.host
 
     def _claim_inbox(self, conv: Any, now: int) -> ClaimedTurn | None:
         # Following is checked again here, just before a queued inbox turn would start:
@@ -276,7 +289,7 @@ class Fifo:
             return None
         turn_id = _new_id("turn")
         self._t.turns.insert(id=turn_id, conversation_id=conv.id, state=TurnState.RUNNING.value,
-                             attempt=1, created_at=now, started_at=now).execute()
+                             attempt=1, created_at=now, started_at=now, host=self.host).execute()
         m.update(surfaced=True, surfaced_by=turn_id).where(m.id.in_(waiting)).execute()
         if not conv.session_id:
             conv.session_id = _new_id("ses")
@@ -483,7 +496,8 @@ class Fifo:
     # --- recovery --------------------------------------------------------------------------
 
     def recover(self, now: int, rerun: SessionReply | None = None,
-                interrupted: SessionReply | None = None) -> list[str]:
+                interrupted: SessionReply | None = None,
+                hosts: Sequence[str] | None = None) -> list[str]:
         """Startup repair; returns every conversation with work to run.
 
         Ends turns Linear asked to stop, applies reset boundaries, returns orphan
@@ -491,20 +505,27 @@ class Fifo:
         for a re-run (their sessions get `rerun`) or stalls those interrupted too often
         (their sessions get `interrupted`), and lists conversations with pending
         deliveries or due turns.
+
+        `hosts`: only the turns these hosts ran (and turns no host claimed) are repaired:
+        a host's own start-up, or its takeover of a dead host, where hosts share the
+        database. None: every turn (one host). The other repairs are the same either way.
         """
         t, d = self._t, self._t.deliveries
+        mine = (t.turns.host.in_(list(hosts)) | t.turns.host.is_null()) if hosts is not None \
+            else (t.turns.id.is_null(False))
         with self._db.atomic():
-            for turn in t.turns.select().where(t.turns.stop_requested == True):  # noqa: E712
-                # Linear asked to stop it and the crash came first: it ends now, not re-run.
-                self._end(turn.id, TurnResultKind.STOPPED, now, output="stopped from Linear")
+            for turn in t.turns.select().where((t.turns.stop_requested == True) & mine):  # noqa: E712
+                # A stop was asked for and the crash came first: it ends now, not re-run.
+                self._end(turn.id, TurnResultKind.STOPPED, now, output=_stopped_text(turn.stop_by))
+            g = t.plan_gates
+            leased = t.turns.conversation_id.in_(
+                g.select(g.conversation_id).where(g.lease_since.is_null(False)))
+            was_running = (t.turns.state == TurnState.RUNNING.value) & mine
+            # An execution under a lease resumes fewer times than other turns.
+            too_often = (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS) | (
+                leased & (t.turns.attempt >= MAX_LEASED_ATTEMPTS))
             if rerun is not None:
-                g = t.plan_gates
-                leased = t.turns.conversation_id.in_(
-                    g.select(g.conversation_id).where(g.lease_since.is_null(False)))
-                for turn in t.turns.select().where(
-                        (t.turns.state == TurnState.RUNNING.value)
-                        & (t.turns.attempt < MAX_INTERRUPTED_ATTEMPTS)
-                        & ~(leased & (t.turns.attempt >= MAX_LEASED_ATTEMPTS))):
+                for turn in t.turns.select().where(was_running & ~too_often):
                     sessions = self._sessions_of_turn(turn.id)
                     self._outbox.prepare(rerun.to(sessions, turn.conversation_id), now)
             for conv in t.conversations.select(t.conversations.id, t.conversations.reset_at) \
@@ -516,13 +537,6 @@ class Fifo:
             d.update(state=DeliveryState.PENDING.value, turn_id=None).where(
                 (d.state == DeliveryState.CLAIMED.value) & (d.turn_id.is_null() | d.turn_id.not_in(live_turns))
             ).execute()
-            was_running = t.turns.state == TurnState.RUNNING.value
-            g = t.plan_gates
-            leased = t.turns.conversation_id.in_(
-                g.select(g.conversation_id).where(g.lease_since.is_null(False)))
-            # An execution under a lease resumes fewer times than other turns.
-            too_often = (t.turns.attempt >= MAX_INTERRUPTED_ATTEMPTS) | (
-                leased & (t.turns.attempt >= MAX_LEASED_ATTEMPTS))
             for turn in t.turns.select().where(was_running & too_often):
                 if interrupted is not None:
                     self._outbox.prepare(interrupted.to(self._sessions_of_turn(turn.id),
@@ -636,10 +650,24 @@ class Fifo:
         tt.update(stop_requested=True).where(tt.id == turn.id).execute()
         return True
 
-    def stop_requested(self, turn_id: str) -> bool:
-        """True when Linear asked to stop this turn."""
+    def turn_status(self, turn_id: str) -> tuple[bool, str | None]:
+        """(whether the turn still exists, who asked to stop it: None, "linear" or
+        "operator"), in one read: what a running turn's actor checks on every tick, so a
+        reset or stop made on another host reaches the host running the turn."""
         tt = self._t.turns
-        return bool(tt.select(tt.stop_requested).where(tt.id == turn_id).scalar())
+        row = tt.select(tt.stop_requested, tt.stop_by).where(tt.id == turn_id).tuples().first()
+        if row is None:
+            return False, None
+        return True, (row[1] or "linear") if row[0] else None
+
+    def request_stop(self, conversation_id: str) -> bool:
+        """The operator's stop of a turn running on another host: flagged here, ended by the
+        host that runs it (on its next tick). False when no turn of it is running."""
+        tt = self._t.turns
+        with self._db.atomic():
+            return tt.update(stop_requested=True, stop_by="operator").where(
+                (tt.conversation_id == conversation_id) & (tt.state == TurnState.RUNNING.value)
+                & (tt.stop_requested == False)).execute() == 1  # noqa: E712
 
     def note_heartbeat(self, turn_id: str, now: int, effects: Iterable[EffectSpec]) -> None:
         """Prepare a heartbeat for a long turn and remember when."""

@@ -388,4 +388,28 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Hosts that share one database (engine "dbos", decision 0025): a turn names the host
+    # that runs it, so a host's start-up and a takeover repair only that host's turns, and
+    # no other host resumes a turn still running somewhere; a stop asked on one host for a
+    # turn running on another says who asked. A conversation's waiting-turn flag and its
+    # generation coalesce wakes into one engine job (`wake:<conversation>:<generation>`).
+    # `wakeline_hosts`: each host's heartbeat, on the database's clock, and its own clock's
+    # skew from it.
+    [
+        "ALTER TABLE turns ADD COLUMN host TEXT",
+        "ALTER TABLE turns ADD COLUMN stop_by TEXT",
+        "ALTER TABLE conversations ADD COLUMN wake_waiting INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE conversations ADD COLUMN wake_gen INTEGER NOT NULL DEFAULT 0",
+        """CREATE TABLE wakeline_hosts (
+            id TEXT PRIMARY KEY,
+            started_at INTEGER NOT NULL,
+            last_seen INTEGER NOT NULL,
+            running INTEGER NOT NULL DEFAULT 0,
+            skew_ms INTEGER NOT NULL DEFAULT 0,
+            recovered_at INTEGER
+        )""",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -33,6 +33,7 @@ from wakeline.models.plans import AdmissionPlan
 from wakeline.models.rooms import RoomAdmissions
 from wakeline.models.states import DeliveryState, Ownership, TerminalOutcome, TurnState
 from wakeline.models.tables import Tables, bind_tables
+from wakeline.models.wakes import WakeFlags
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +60,15 @@ class Counts:
 class Store:
     """All durable state of one wakeline."""
 
-    def __init__(self, db: Database, clock: Clock, following_default: bool = False) -> None:
+    def __init__(self, db: Database, clock: Clock, following_default: bool = False,
+                 host: str | None = None) -> None:
         self.db = db
         self.dialect = dialect_of(db)
         self.clock = clock
         self._relaxed = threading.local()
         self.t: Tables = bind_tables(db)
         self.outbox = Outbox(db, self.t)
-        self.fifo = Fifo(db, self.t, self.outbox, self.following)
+        self.fifo = Fifo(db, self.t, self.outbox, self.following, host)
         self.inbox = InboxStore(db, self.t)
         self.conversations = ConversationRecords(db, self.t, self.fifo)
         self.echoes = Echoes(db, self.t, self.following)
@@ -77,12 +79,15 @@ class Store:
         # Matrix routes (decision 0024): pages with their cursor, and approvals of sends.
         self.rooms = RoomAdmissions(db)
         self.approvals = Approvals(db)
+        self.wakes = WakeFlags(db)  # engine jobs, coalesced (hosts sharing the database)
 
     @classmethod
-    def open(cls, target: Path | str, clock: Clock, following_default: bool = False) -> "Store":
+    def open(cls, target: Path | str, clock: Clock, following_default: bool = False,
+             host: str | None = None) -> "Store":
         """Open (creating and migrating as needed) the database: a SQLite file at `target`, or
-        the PostgreSQL database of a `postgresql://` URL."""
-        return cls(open_database(target), clock, following_default)
+        the PostgreSQL database of a `postgresql://` URL. `host`: this host's id, recorded on
+        the turns it runs (hosts that share the database)."""
+        return cls(open_database(target), clock, following_default, host)
 
     @property
     def location(self) -> str:

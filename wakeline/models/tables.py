@@ -59,6 +59,8 @@ class Conversation(_Table):
     workspace_branch = TextField(null=True)
     workspace_cleanup = Flag(default=False)
     workspace_kept = TextField(null=True)
+    wake_waiting = Flag(default=False)  # an engine job is due (decision 0025)
+    wake_gen = IntegerField(default=0)
 
     class Meta:
         table_name = "conversations"
@@ -114,6 +116,8 @@ class Turn(_Table):
     last_error = TextField(null=True)
     stop_requested = Flag(default=False)
     heartbeat_at = IntegerField(null=True)
+    host = TextField(null=True)  # the host running it (decision 0025)
+    stop_by = TextField(null=True)  # who asked for the stop: "linear" (or NULL), "operator"
 
     class Meta:
         table_name = "turns"

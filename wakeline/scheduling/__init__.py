@@ -1,10 +1,12 @@
 """Where and when turns run: the engine choice, one module per engine (STYLE 14).
 
-`scale.engine` picks one of two `Scheduler`s; nothing above this package knows which:
+`scale.engine` picks one of two engines; nothing above this package knows which:
 
-- `local` (`local.py`): today's in-process supervisor on one host, SQLite.
+- `local` (`local.py`): one host, SQLite. The in-process supervisor decides: its own ready
+  queue and turn slots (`actors/supervisor.py`, decision 0019).
 - `dbos` (`dbos.py`): a DBOS Transact queue on PostgreSQL, partitioned by conversation, so
-  one turn of a conversation runs at a time across every host (prototype; issue 25).
+  one turn of a conversation runs at a time across every host that shares the database;
+  the supervisor runs the turns the engine hands it (decision 0025).
 
 Either way wakeline keeps admission, dedupe, the delivery rows, coalescing, the runner and
 exactly-once completion; the engine only decides where and when a conversation's next turn
@@ -14,9 +16,10 @@ imported only by `dbos.py`, and only when the config names it (STYLE 15).
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Any, Callable, Protocol
 
 from wakeline.config import Config
 from wakeline.errors import ConfigError
@@ -31,22 +34,28 @@ class HostView:
     last_seen_ms: int
     alive: bool
     running: int
+    skew_ms: int = 0  # the host's clock minus the database's, at its last heartbeat
 
 
 class Scheduler(Protocol):
-    """Decides where and when a conversation's next turn runs."""
+    """The engine as the composition root sees it: started after recovery, stopped before
+    the supervisor, and asked which hosts share the work."""
+
+    host_id: str
 
     def start(self) -> None:
-        """Begin running turns (the engine's own threads start here)."""
+        """Begin taking turns (the engine's own threads start here)."""
 
     def stop(self) -> None:
-        """Stop taking turns; running ones get their grace period."""
-
-    def wake(self, conversation_ids: Iterable[str]) -> None:
-        """These conversations have work (or a lifecycle change): make sure a turn comes."""
+        """Stop taking turns; a turn still running is recovered by the next start."""
 
     def hosts(self) -> list[HostView]:
         """The hosts sharing the work (one, for the local engine)."""
+
+
+def host_id_of(config: Config) -> str:
+    """This host's stable id: `scale.host_id`, else the hostname."""
+    return config.scale.host_id or socket.gethostname()
 
 
 def store_target(config: Config, secrets: Secrets | None = None) -> Path | str:
@@ -62,4 +71,21 @@ def store_target(config: Config, secrets: Secrets | None = None) -> Path | str:
     return url
 
 
-__all__ = ["HostView", "Scheduler", "store_target"]
+def shared_engine(config: Config, database_url: str, store: Any, *,
+                  run_turn: Callable[[str], bool], repair_host: Callable[[str], list[str]],
+                  running: Callable[[], int]) -> Any:
+    """The engine that shares turns between hosts (`DbosScheduler`), or None for `local`,
+    whose supervisor decides alone. The one place the engine is chosen."""
+    if config.scale.engine == "local":
+        return None
+    from wakeline.scheduling.dbos import DbosScheduler, DbosSettings  # only for engine "dbos"
+
+    settings = DbosSettings(
+        database_url=database_url, host_id=host_id_of(config),
+        worker_concurrency=config.agent.max_concurrent_turns,
+        host_timeout_seconds=config.scale.host_timeout_seconds)
+    return DbosScheduler(settings, run_turn, flags=store.wakes, repair_host=repair_host,
+                         running=running)
+
+
+__all__ = ["HostView", "Scheduler", "host_id_of", "shared_engine", "store_target"]

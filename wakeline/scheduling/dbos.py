@@ -1,45 +1,45 @@
-"""The DBOS engine (prototype, issue 25): a DBOS Transact queue on PostgreSQL decides
-where and when each conversation's next turn runs.
-
-The design, as measured by `bench/dbos_hosts.py`:
+"""The DBOS engine: a DBOS Transact queue on PostgreSQL decides where and when each
+conversation's next turn runs, on any of the hosts that share the database (decision 0025).
 
 - One DBOS queue, `wakeline-turns`, partitioned by conversation id with
-  `partition_concurrency = 1`: across every host, at most one workflow of a
-  conversation is PENDING (running) at a time, and its ENQUEUED ones wait in
-  (priority, created_at, workflow id) order. `worker_concurrency` caps one host's
-  turns (`agent.max_concurrent_turns`), `global_concurrency` the cluster's.
-- A workflow is a *wake job*, not a turn: `wake(conversation)` runs the caller's
-  `run_turn(conversation)` as a DBOS step, again and again, until it says there is
-  no more runnable work. The FIFO order, batching, coalescing of deliveries, the
-  runner and exactly-once completion stay wakeline's (the store); DBOS never sees
-  a delivery.
-- Coalescing: the caller enqueues a wake job only when its waiting-turn flag flips
-  (in the admission transaction), and names it `wake:<conversation>:<generation>`:
-  enqueueing the same name again is a no-op, so a sweep after a crash (flag set,
-  job never enqueued) can simply enqueue again.
+  `partition_concurrency = 1`: across every host, at most one job of a conversation runs
+  at a time, and its waiting jobs keep their order. `worker_concurrency` is one host's
+  turn slots (`agent.max_concurrent_turns`).
+- A job is a *wake*, not a turn: its first step clears the conversation's waiting-turn
+  flag (`models/wakes.py`), its second runs one turn on this host (`run_turn`: the
+  supervisor's claim, the agent, the finalisation: wakeline's own transactions), and when
+  more work waits it enqueues its successor at the back of the partition. The FIFO,
+  batching, coalescing and exactly-once completion stay wakeline's; DBOS never sees a
+  delivery.
+- Coalescing: `wake` flips the flags of the conversations it is given and enqueues one
+  job per flip, named `wake:<conversation>:<generation>`: a name enqueued twice is one
+  job, so the start-up and takeover sweeps simply enqueue every flagged conversation again.
 - Hosts: each host is a DBOS executor whose id is `scale.host_id`. It heartbeats in
-  `wakeline_hosts` (database time, so host clocks may differ). A host silent for
-  `host_timeout_seconds` is dead: one live host (an advisory lock picks it) asks
-  DBOS to recover that executor's PENDING workflows (re-enqueued in place, so the
-  partition's order and exclusion hold); any host then runs them. A restarted host
-  with the same id recovers its own at launch.
-- DBOS runs its own threads (queue workers, notification listener, executor pool);
-  `DbosScheduler` starts and stops it from one thread of its own, and DBOS reaches
-  wakeline only through the `run_turn` function it is given.
+  `wakeline_hosts` on the database's clock. A host silent for `host_timeout_seconds` is
+  dead: one live host (an advisory lock picks it) repairs the store for that host's
+  turns (`repair_host`: they are due for a re-run) and asks DBOS to recover that
+  executor's unfinished jobs, which any host then runs. A restarted host with the same
+  id recovers its own at launch (after `Supervisor.recover`, scoped to it).
+- DBOS runs its own threads (queue workers, executor pool); `DbosScheduler` starts and
+  stops it from a thread of its own and enqueues from another (the waker), so no actor
+  and no request thread waits on DBOS.
 
 DBOS is a process-wide singleton (one `DBOS(config=...)` per process, workflows
-registered before `launch`): one scheduler per process.
+registered before `launch`): one scheduler per process, and the functions its workflow
+reaches are bound in `_bound` before launch (the one piece of module state: DBOS
+registers workflows by name, process-wide).
 
-Pinned: `DBOS_VERSION` (the `wakeline[dbos]` extra) and `APPLICATION_VERSION`.
-DBOS recovers and dequeues only workflows of its own application version; left to
-itself it derives the version from a hash of the workflow functions' source, so two
-hosts on different wakeline builds would never take over each other's turns. The
-version is pinned here and changes only when the workflow's steps change shape.
+Pinned: `DBOS_VERSION` (the `wakeline[dbos]` extra) and `APPLICATION_VERSION`. DBOS
+recovers and dequeues only workflows of its own application version; left to itself it
+derives the version from a hash of the workflow's source, so two hosts on different
+wakeline builds would never take over each other's turns. The version changes only when
+the workflow's steps change shape.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import zlib
@@ -51,70 +51,70 @@ from wakeline.scheduling import HostView
 log = logging.getLogger(__name__)
 
 DBOS_VERSION = "3.4.0"
-# Change when `_wake`'s sequence of steps changes: a recovered workflow replays its recorded
+# Change when `wake`'s sequence of steps changes: a recovered workflow replays its recorded
 # steps, so a host must only recover workflows whose code has the same shape.
-APPLICATION_VERSION = "wakeline-turns-1"
+APPLICATION_VERSION = "wakeline-turns-2"
 QUEUE_NAME = "wakeline-turns"
 APP_NAME = "wakeline"
-# How often a queue worker looks for runnable workflows: the latency a woken turn waits at most.
+# How often a queue worker looks for runnable jobs: the longest a woken turn waits for it.
 POLL_SECONDS = 0.05
-# A wake job runs at most this many turns, then hands its conversation to a fresh job at the
-# back of its partition (when work is left) and frees its worker slot. One turn a job bounds
-# how long a recovered or newly woken conversation waits for a slot to one turn; more turns a
-# job save DBOS's enqueue and dequeue per turn (see bench/dbos_hosts.py, --turns-per-job).
+# A job runs at most this many turns, then hands its conversation to a fresh job at the back
+# of its partition (when work is left) and frees its slot: a newly woken conversation waits
+# for a slot at most one turn of each busy one. More turns a job save DBOS's enqueue and
+# dequeue per turn (`bench/hosts.py --turns-per-job`).
 TURNS_PER_JOB = 1
 
-_HOSTS_DDL = (
-    "CREATE TABLE IF NOT EXISTS wakeline_hosts (id TEXT PRIMARY KEY, started_at BIGINT NOT NULL,"
-    " last_seen BIGINT NOT NULL, running BIGINT NOT NULL DEFAULT 0, recovered_at BIGINT)"
-)
 _NOW_MS = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
 _BEAT = (
-    "INSERT INTO wakeline_hosts (id, started_at, last_seen, running) VALUES"
-    f" (%s, {_NOW_MS}, {_NOW_MS}, %s) ON CONFLICT (id) DO UPDATE SET last_seen = {_NOW_MS},"
-    " running = EXCLUDED.running"
+    "INSERT INTO wakeline_hosts (id, started_at, last_seen, running, skew_ms) VALUES"
+    f" (%s, {_NOW_MS}, {_NOW_MS}, %s, %s - {_NOW_MS}) ON CONFLICT (id) DO UPDATE SET"
+    f" last_seen = {_NOW_MS}, running = EXCLUDED.running, skew_ms = EXCLUDED.skew_ms"
 )
 _DEAD = (
     f"SELECT id, last_seen FROM wakeline_hosts WHERE id <> %s AND last_seen < {_NOW_MS} - %s"
     " AND (recovered_at IS NULL OR recovered_at < last_seen)"
 )
-_HOSTS = f"SELECT id, last_seen, last_seen >= {_NOW_MS} - %s, running FROM wakeline_hosts ORDER BY id"
+_HOSTS = (
+    f"SELECT id, last_seen, last_seen >= {_NOW_MS} - %s, running, skew_ms FROM wakeline_hosts"
+    " ORDER BY id"
+)
 
-# The one set of callables DBOS's workflow reaches: bound by the (single) scheduler of
-# this process before launch.
-_bound: dict[str, Callable[[str], Any]] = {}
+_bound: dict[str, Callable[..., Any]] = {}
 _registered: dict[str, Any] = {}
 
 
 def _register_workflow() -> Any:
-    """Declare the wake workflow and its step (once per process, before launch)."""
+    """Declare the wake workflow and its steps (once per process, before launch)."""
     if "wake" in _registered:
         return _registered["wake"]
     from dbos import DBOS
 
     @DBOS.step(name="wakeline.begin")
-    def begin(conversation_id: str) -> None:
-        _bound["begin_wake"](conversation_id)
+    def begin(conversation_id: str, generation: int) -> None:
+        _bound["begin_wake"](conversation_id, generation)
 
     @DBOS.step(name="wakeline.turn")
     def turn(conversation_id: str) -> bool:
-        return _bound["run_turn"](conversation_id)
+        return bool(_bound["run_turn"](conversation_id))
 
     @DBOS.workflow(name="wakeline.wake")
-    def wake(conversation_id: str, limit: int = TURNS_PER_JOB, link: int = 0) -> int:
-        begin(conversation_id)  # clears the waiting-turn flag: a wake after this enqueues anew
-        turns = 0
-        while turns < limit and turn(conversation_id):
+    def wake(conversation_id: str, generation: int, limit: int = TURNS_PER_JOB,
+             link: int = 0) -> int:
+        begin(conversation_id, generation)  # a wake after this needs a job of its own
+        turns, more = 0, True
+        while more and turns < limit:
+            more = turn(conversation_id)
             turns += 1
-        if turns >= limit:
-            # Maybe more work: the next job (a recorded child: the same on a replay) queues
-            # behind whatever was enqueued for this conversation meanwhile.
+        if more:
+            # The successor (a recorded child: the same one on a replay) queues behind
+            # whatever was enqueued for this conversation meanwhile.
             from dbos import SetEnqueueOptions, SetWorkflowID
 
             base = str(DBOS.workflow_id).rsplit("#", 1)[0]
             with SetWorkflowID(f"{base}#{link + 1}"), \
                     SetEnqueueOptions(queue_partition_key=conversation_id):
-                DBOS.retrieve_queue(QUEUE_NAME).enqueue(wake, conversation_id, limit, link + 1)
+                DBOS.retrieve_queue(QUEUE_NAME).enqueue(wake, conversation_id, generation, limit,
+                                                        link + 1)
         return turns
 
     _registered["wake"] = wake
@@ -137,7 +137,7 @@ class DbosSettings:
     turns_per_job: int = TURNS_PER_JOB
 
 
-def _sqlalchemy_url(url: str) -> str:
+def sqlalchemy_url(url: str) -> str:
     """DBOS takes a SQLAlchemy URL: psycopg 3 is the driver wakeline's store uses too."""
     for scheme in ("postgresql://", "postgres://"):
         if url.startswith(scheme):
@@ -146,46 +146,70 @@ def _sqlalchemy_url(url: str) -> str:
 
 
 class DbosScheduler:
-    """A host of the DBOS engine: owns the DBOS runtime (in a thread of its own) and the
-    heartbeat, and enqueues wake jobs.
+    """One host of the DBOS engine: owns the DBOS runtime, the heartbeat and takeovers (one
+    thread), and the enqueueing of wake jobs (the waker thread).
 
-    `begin_wake(conversation_id)` clears the conversation's waiting-turn flag (the job's
-    first step). `run_turn(conversation_id) -> bool` runs one turn (claim, run the agent, finalise:
-    each wakeline's own transaction) and says whether one ran; it may run again for the
-    same turn after a host died (the store resumes the surviving turn, and completion
-    stays exactly-once). It runs on DBOS's executor threads.
+    `run_turn(conversation_id) -> bool` runs one turn here and says whether more work
+    waits; it runs on DBOS's executor threads, and may run again for the same turn after
+    a host died (the store resumes the surviving turn; completion stays exactly-once).
+    `flags` (`WakeFlags`) coalesce wakes into jobs; `begin_wake(conversation_id,
+    generation)` is a job's first step (default: the flags' `begin`). `repair_host(host)`
+    makes a dead host's turns due again and returns their conversations. `running()`:
+    this host's running turns, for the heartbeat.
     """
 
-    def __init__(self, settings: DbosSettings, run_turn: Callable[[str], bool],
-                 begin_wake: Callable[[str], None] | None = None,
-                 running: Callable[[], int] | None = None) -> None:
+    def __init__(self, settings: DbosSettings, run_turn: Callable[[str], bool], *,
+                 flags: Any = None,
+                 begin_wake: Callable[[str, int], None] | None = None,
+                 repair_host: Callable[[str], list[str]] | None = None,
+                 running: Callable[[], int] | None = None,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.settings = settings
         self._run_turn = run_turn
-        self._begin_wake = begin_wake or (lambda _cid: None)
+        self._flags = flags
+        self._begin_wake = begin_wake or (flags.begin if flags is not None else (lambda c, g: None))
+        self._repair_host = repair_host or (lambda host: [])
         self._running = running or (lambda: 0)
+        self._clock_ms = clock_ms
         self._thread: threading.Thread | None = None
+        self._waker: threading.Thread | None = None
+        self._woken: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._stopping = threading.Event()
+        self._grace = 0
         self._failure: BaseException | None = None
         self._queue: Any = None
         self._wake_workflow: Any = None
-        self.recoveries: list[tuple[str, float, int]] = []  # (dead host, seconds silent, count)
+        self.recoveries: list[tuple[str, float, int]] = []  # (dead host, seconds silent, jobs)
+
+    @property
+    def host_id(self) -> str:
+        """This host's id (its DBOS executor id)."""
+        return self.settings.host_id
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> None:
-        """Launch DBOS in the scheduler's thread; return once it takes work."""
+        """Launch DBOS in the scheduler's thread, enqueue what a crash left flagged, and
+        return once jobs are taken."""
         self._thread = threading.Thread(target=self._main, name="dbos", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout) or self._failure is not None:
+            self._stopping.set()
             raise RuntimeError(f"DBOS did not start: {self._failure!r}")
+        self._waker = threading.Thread(target=self._wake_loop, name="dbos-waker", daemon=True)
+        self._waker.start()
+        self._sweep_flags()
 
     def stop(self, grace_seconds: int = 0) -> None:
-        """Stop taking wake jobs and shut DBOS down (running steps get `grace_seconds`)."""
+        """Stop taking jobs and shut DBOS down (running jobs get `grace_seconds`); a job
+        still running stays DBOS's, recovered by this host's next start or a takeover."""
         self._grace = grace_seconds
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(grace_seconds + 30)
+        self._woken.put(None)
+        for thread in (self._waker, self._thread):
+            if thread is not None:
+                thread.join(grace_seconds + 30)
 
     def _main(self) -> None:
         from dbos import DBOS
@@ -193,12 +217,11 @@ class DbosScheduler:
         s = self.settings
         try:
             _bound["run_turn"] = self._run_turn
-            _bound["begin_wake"] = self._begin_wake  # type: ignore[assignment]
+            _bound["begin_wake"] = self._begin_wake
             self._wake_workflow = _register_workflow()
-            url = _sqlalchemy_url(s.system_database_url or s.database_url)
             DBOS(config={
                 "name": APP_NAME,
-                "system_database_url": url,
+                "system_database_url": sqlalchemy_url(s.system_database_url or s.database_url),
                 "executor_id": s.host_id,
                 "application_version": s.application_version,
                 "log_level": "WARNING",
@@ -212,7 +235,6 @@ class DbosScheduler:
                 polling_interval_sec=s.poll_seconds,
                 on_conflict="always_update",
             )
-            self._hosts_table()
             self._beat()
         except BaseException as exc:  # noqa: BLE001 - reported to start()
             self._failure = exc
@@ -226,43 +248,81 @@ class DbosScheduler:
                 self._take_over_dead_hosts()
             except Exception:
                 log.exception("heartbeat failed")
-        DBOS.destroy(workflow_completion_timeout_sec=getattr(self, "_grace", 0))
+        DBOS.destroy(workflow_completion_timeout_sec=self._grace)
+        # A job still running here ends when the supervisor stops (its turn stays for the
+        # next start); DBOS, gone, could only log that it cannot record that ending.
+        logging.getLogger("dbos").setLevel(logging.CRITICAL)
 
-    # --- the scheduler ---------------------------------------------------------------------
+    # --- wakes -----------------------------------------------------------------------------
 
-    def wake(self, conversation_ids: Iterable[str], generation: int | str = 0) -> None:
-        """Enqueue a wake job per conversation; the same (conversation, generation) twice
-        is one job."""
+    def wake(self, conversation_ids: Iterable[str]) -> None:
+        """These conversations need a turn: a job each, unless one is due already. Returns at
+        once; the waker flips the flags and enqueues."""
+        ids = list(conversation_ids)
+        if ids:
+            self._woken.put(ids)
+
+    def enqueue(self, conversation_id: str, generation: int) -> None:
+        """Enqueue the conversation's job of this generation (twice is once)."""
         from dbos import SetEnqueueOptions, SetWorkflowID
 
-        for cid in conversation_ids:
-            with SetWorkflowID(f"wake:{cid}:{generation}"), \
-                    SetEnqueueOptions(queue_partition_key=cid):
-                self._queue.enqueue(self._wake_workflow, cid, self.settings.turns_per_job, 0)
+        with SetWorkflowID(f"wake:{conversation_id}:{generation}"), \
+                SetEnqueueOptions(queue_partition_key=conversation_id):
+            self._queue.enqueue(self._wake_workflow, conversation_id, generation,
+                                self.settings.turns_per_job, 0)
+
+    def _wake_loop(self) -> None:
+        """The waker: every wake waiting is flipped in one transaction, then enqueued."""
+        while True:
+            batch = self._woken.get()
+            ids: set[str] = set()
+            while batch is not None:
+                ids.update(batch)
+                try:
+                    batch = self._woken.get_nowait()
+                except queue.Empty:
+                    break
+            if ids:
+                self._flip_and_enqueue(ids)
+            if batch is None or self._stopping.is_set():
+                return
+
+    def _flip_and_enqueue(self, ids: Iterable[str]) -> None:
+        try:
+            due = self._flags.flip(ids) if self._flags is not None else [(cid, 0) for cid in ids]
+            for cid, generation in due:
+                self.enqueue(cid, generation)
+        except Exception:
+            # The flags stay set: the next sweep (start-up, a takeover) enqueues them.
+            log.exception("could not enqueue wake jobs")
+
+    def _sweep_flags(self) -> None:
+        """Enqueue the job of every flagged conversation: a flip whose enqueue a crash cut off
+        (here or on a dead host). A job that exists already is not enqueued again."""
+        if self._flags is None:
+            return
+        try:
+            for cid, generation in self._flags.waiting():
+                self.enqueue(cid, generation)
+        except Exception:
+            log.exception("could not sweep the waiting-turn flags")
+
+    # --- hosts -----------------------------------------------------------------------------
 
     def hosts(self) -> list[HostView]:
+        """Every host that ever joined, alive or not (a dead one until it returns)."""
         with self._connect() as conn:
             rows = conn.execute(_HOSTS, (int(self.settings.host_timeout_seconds * 1000),)).fetchall()
-        return [HostView(r[0], int(r[1]), bool(r[2]), int(r[3])) for r in rows]
-
-    # --- heartbeats and takeover -----------------------------------------------------------
+        return [HostView(r[0], int(r[1]), bool(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     def _connect(self) -> Any:
         import psycopg
 
         return psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=10)
 
-    def _hosts_table(self) -> None:
-        with self._connect() as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (_lock_key("hosts-ddl"),))
-            try:
-                conn.execute(_HOSTS_DDL)
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (_lock_key("hosts-ddl"),))
-
     def _beat(self) -> None:
         with self._connect() as conn:
-            conn.execute(_BEAT, (self.settings.host_id, int(self._running())))
+            conn.execute(_BEAT, (self.settings.host_id, int(self._running()), self._clock_ms()))
 
     def _take_over_dead_hosts(self) -> None:
         from dbos import DBOS
@@ -283,19 +343,19 @@ class DbosScheduler:
                         (host, last_seen)).fetchone()
                     if still is None:
                         continue  # it came back, or another host took over meanwhile
+                    # The store first: its turns are due again, so the recovered jobs resume them.
+                    conversations = self._repair_host(host)
                     handles = DBOS._recover_pending_workflows([host])
-                    conn.execute(f"UPDATE wakeline_hosts SET recovered_at = {_NOW_MS} WHERE id = %s",
-                                 (host,))
+                    conn.execute(f"UPDATE wakeline_hosts SET recovered_at = {_NOW_MS}, running = 0"
+                                 " WHERE id = %s", (host,))
                 silent = conn.execute(f"SELECT ({_NOW_MS} - %s) / 1000.0", (last_seen,)).fetchone()[0]
                 self.recoveries.append((host, float(silent), len(handles)))
                 log.warning("took over a dead host's turns",
                             extra={"host": host, "silent_seconds": float(silent),
-                                   "workflows": len(handles)})
+                                   "jobs": len(handles), "conversations": len(conversations)})
+                self.wake(conversations)
+                self._sweep_flags()  # what the dead host flipped and never enqueued
 
 
 def _lock_key(name: str) -> int:
     return zlib.crc32(b"wakeline:" + name.encode()) | (0x5A18 << 32)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

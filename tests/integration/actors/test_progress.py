@@ -43,9 +43,9 @@ def writes(fake: FakeLinear) -> list[dict[str, Any]]:
     return out
 
 
-def answered(fake: FakeLinear) -> list[dict[str, Any]]:
+def answered(fake: FakeLinear, timeout: float = 10.0) -> list[dict[str, Any]]:
     return wait_until(lambda: (w := writes(fake)) and w[-1]["kind"] in (
-        "response", "error", "elicitation") and w, message="the answer reached Linear")
+        "response", "error", "elicitation") and w, timeout, message="the answer reached Linear")
 
 
 def test_the_agents_work_shows_in_its_session_and_the_answer_comes_last(
