@@ -152,6 +152,8 @@ def main() -> int:
             if arg == "long":
                 print("1. A step\n" + "x" * 30_000)
                 return 0
+            if arg == "sleep-plan":
+                time.sleep(3600)
             revision = len(re.findall(r"Plan, revision|previous revision", prompt)) + 1
             print(f"1. Read the failing test\n2. Fix the clock\n3. Run the suite\n(r{revision})")
             return 0

@@ -468,9 +468,18 @@ class ConversationActor(pykka.ThreadingActor):
                 effects.append(planning.move_issue(turn.issue_id, states.awaiting, account, cid))
         effects += [replies.activity(s, "elicitation", replies.plan_question(rev, plan), cid,
                                      replies.PLAN_OPTIONS) for s in running.sessions]
-        posted = self._finalise(
-            turn, TurnResultKind.RESPONSE, now, outcome, plan, effects,
-            also=lambda: env.store.gates.posted(cid, rev, plan, comment_id or "", now))
+        def record() -> None:
+            if not env.store.gates.posted(cid, rev, plan, comment_id or "", now):
+                raise _PlanMoot  # rolls the plan's effects back with it
+
+        try:
+            posted = self._finalise(turn, TurnResultKind.RESPONSE, now, outcome, plan, effects,
+                                    also=record)
+        except _PlanMoot:
+            self._finalise(turn, TurnResultKind.RESPONSE, now, outcome, plan)
+            env.notify(env.on_lifecycle, cid, "plan_moot",
+                       "The plan was approved while the agent planned: this revision is not posted.")
+            return
         if posted:
             env.notify(env.on_lifecycle, cid, "plan_posted",
                        f"Plan revision {rev} posted for approval.")
@@ -549,6 +558,10 @@ class ConversationActor(pykka.ThreadingActor):
             remember_session=lambda sid: (store.relax_durability(),  # bookkeeping: 0017
                                           store.fifo.set_runner_session(cid, sid)),
             journal=lambda stage, text: env.journal_progress(turn, next(seq), stage, text))
+
+
+class _PlanMoot(Exception):
+    """A plan finished after the execution lease was taken: nothing of it is posted."""
 
 
 class _PlanGuard:

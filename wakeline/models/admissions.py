@@ -452,6 +452,10 @@ class Admissions:
             if not gates.approve(conv.id, change.approver, delivery_id, now):
                 events.append(("approval_refused", "the execution lease is already held"))
                 return False, []
+            if conv.plan_phase == "planning":
+                # A direct move to In Progress while the agent plans: the plan under way is
+                # moot (the latest posted one, if any, is what is approved); its turn stops.
+                self._fifo.stop_running_turn(conv.id, now)
             conv.plan_phase, conv.lease_since = "approved", now
             rev = conv.plan_rev
             events.append(("approved", f"plan revision {rev} by {change.approver}" if rev

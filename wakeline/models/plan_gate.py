@@ -80,10 +80,15 @@ class PlanGates:
         """A comment on the waiting plan: plan again (the next revision)."""
         self._put(conversation_id, now, phase=Phase.PLANNING.value)
 
-    def posted(self, conversation_id: str, rev: int, plan: str, comment_id: str, now: int) -> None:
-        """A planning turn's plan went out as revision `rev`: it waits for approval."""
-        self._put(conversation_id, now, phase=Phase.AWAITING.value, rev=rev, plan=plan,
-                  comment_id=comment_id)
+    def posted(self, conversation_id: str, rev: int, plan: str, comment_id: str, now: int) -> bool:
+        """A planning turn's plan goes out as revision `rev`: it waits for approval. False
+        (nothing changed) when the lease was taken meanwhile: a person moved the issue
+        straight to In Progress while the agent planned, so this plan is moot."""
+        g = self._t.plan_gates
+        with self._db.atomic():
+            return g.update(updated_at=now, phase=Phase.AWAITING.value, rev=rev, plan=plan,
+                            comment_id=comment_id).where(
+                (g.conversation_id == conversation_id) & g.lease_since.is_null()).execute() == 1
 
     def approve(self, conversation_id: str, approver: str, delivery_id: str, now: int) -> bool:
         """Take the execution lease for the plan shown now (its latest revision, if any).

@@ -266,6 +266,25 @@ def test_a_direct_move_to_in_progress_without_a_plan_runs_unplanned(
     assert state_moves(h.linear) == []  # already In Progress: nothing to move
 
 
+def test_a_move_to_in_progress_while_the_agent_plans_stops_the_plan_and_executes(
+        harness: Callable[..., Any]) -> None:
+    h = start(harness, arg="sleep-plan")
+    h.deliver(move(READY))
+    wait_until(lambda: len(h.runs()) == 1, message="planning")
+    h.deliver(move(DOING, READY))
+    wait_until(lambda: len(h.runs()) == 2, message="executed")
+    assert [r["phase"] for r in h.runs()] == ["plan", "execute"]
+    assert not h.runs()[1]["approvedPlan"]  # nothing was posted: nothing was approved
+    wait_until(lambda: h.only_conversation()["turns"][0]["result"] == "response",
+               message="the execution answered")
+    plan = gate(h)
+    assert plan["phase"] == "approved" and plan["lease"] is not None
+    assert plan["approvedBy"] == JANE and plan["approvedRev"] is None
+    assert [t["result"] for t in h.only_conversation()["turns"]] == ["response", "stopped"]
+    sent(h)
+    assert AWAITING not in state_moves(h.linear) and plan_comments(h.linear) == []
+
+
 def test_back_to_ready_for_planning_withdraws_every_approval(harness: Callable[..., Any]) -> None:
     h = start(harness, arg="sleep-execute")
     h.deliver(move(DOING, TODO))
