@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 OPTIONS_MAX = 10
 OPTION_MAX_CHARS = 100
+# A turn links each URL once, and at most this many: every waiting link goes out before the
+# answer, so an agent that prints URLs in a loop must not queue thousands in front of it.
+LINKS_MAX = 50
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class TurnProgress:
     journal: Callable[[str, str], None]  # (stage, text)
     options: tuple[Option, ...] = ()
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _linked: set[str] = field(default_factory=set, repr=False)
 
     def offer(self, events: Sequence[ProgressEvent]) -> None:
         """Route a batch of events (a reader's line, or a posted event)."""
@@ -53,6 +57,14 @@ class TurnProgress:
             self._offer(events)
         except Exception:  # never into the runner thread or the request
             log.exception("progress not routed", extra={"turn_id": self.turn_id})
+
+    def _new_link(self, url: str) -> bool:
+        """The first time this turn links `url` (and while under `LINKS_MAX`)."""
+        with self._lock:
+            if url in self._linked or len(self._linked) >= LINKS_MAX:
+                return False
+            self._linked.add(url)
+            return True
 
     def offer_options(self, options: Sequence[Option]) -> None:
         """The agent's question will offer these choices (the latest call wins)."""
@@ -62,6 +74,7 @@ class TurnProgress:
         self.journal("options", ", ".join(f"{o.label}={o.value}" for o in self.options))
 
     def _offer(self, events: Sequence[ProgressEvent]) -> None:
+        events = [e for e in events if not isinstance(e, LinkFound) or self._new_link(e.url)]
         for event in events:
             if isinstance(event, SessionStarted):
                 self.remember_session(event.id)
