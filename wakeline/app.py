@@ -160,12 +160,10 @@ class Service:
         """Start the fork server, recover the FIFO, then the writer, the listeners, the ticker."""
         self.turn_env.forkserver.start()
         self.supervisor.recover().get()
-        self.scheduler.start()  # after recovery: a shared engine's first jobs resume its turns
         self.writer.start()
-        if self.matrix is not None:
-            self.matrix.start()
-        if self.discord is not None:
-            self.discord.start()  # after the writer: thread messages are admitted through it
+        # After recovery: a shared engine's first jobs resume this host's turns. After the
+        # writer: the roles it starts here (Matrix sync, Discord's Gateway) admit through it.
+        self.scheduler.start()
         self.ingress.start()
         self.operator.start()
         self.ticker.start()
@@ -339,6 +337,7 @@ def build_service(
 
         matrix = MatrixRoutes(config, store, clock, secrets, recorder, matrix_woke,
                               metrics.registry)
+        scheduler.roles.add("matrix", matrix.start, matrix.stop_sync)
     echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids),
                                    config.linear.echo_window_seconds * 1000).proxy()
     tracker.subscribe_intents(lambda ids: echo_memory.intents.defer(ids))
@@ -382,6 +381,7 @@ def build_service(
     if discord is not None and matrix is not None:
         matrix.approvals.watch(discord.approval_changed)  # Matrix sends, shown and decided
     if discord is not None:
+        scheduler.roles.add("discord-gateway", discord.start, discord.stop_gateway)
         turn_env.on_finished.append(discord.turn_finished)
         turn_env.on_failed.append(discord.turn_failed)
         turn_env.on_lifecycle.append(discord.lifecycle)
@@ -437,7 +437,8 @@ def build_service(
             installer=installer, live_turns=turn_env.live, matrix=matrix,
             workflow=workflow if workflow.routes() else None,
             extra_checks=[check for check in (discord.checks if discord is not None else None,
-                                              matrix.doctor if matrix is not None else None)
+                                              matrix.doctor if matrix is not None else None,
+                                              engine.checks if engine is not None else None)
                           if check is not None],
             hosts=scheduler.hosts,
         ),
@@ -460,9 +461,12 @@ def build_service(
         if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
             echo_memory.sweep.defer()
             journal.maintain.defer()
-        if matrix is not None and ticks[0] % MATRIX_EVERY_TICKS == 0:
+        # Matrix sends and Discord's sweeps (terminal intent, answers owed) run where the
+        # connection's role is, so two hosts never do them twice.
+        if matrix is not None and ticks[0] % MATRIX_EVERY_TICKS == 0 \
+                and scheduler.roles.held("matrix"):
             matrix.tick(sweep=ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0)
-        if discord is not None:
+        if discord is not None and scheduler.roles.held("discord-gateway"):
             discord.tick()
 
     ticker = Ticker(tick, tick_seconds)

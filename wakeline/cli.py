@@ -164,7 +164,20 @@ def _status_text(data: dict[str, Any]) -> str:
         f"live actors: {data['liveActors']}, threads: {data['threads']}",
         _linear_status(data.get("linear")),
         *_matrix_status(data.get("matrix")),
+        *_hosts_status(data.get("hosts")),
     ])
+
+
+def _hosts_status(hosts: list[dict[str, Any]] | None) -> list[str]:
+    """One line per host sharing the work (only where there is more than this one)."""
+    if not hosts or len(hosts) < 2 and hosts[0]["alive"]:
+        return []
+    lines = [f"hosts: {sum(1 for h in hosts if h['alive'])} of {len(hosts)} alive"]
+    for h in hosts:
+        state = "alive" if h["alive"] else click.style("NOT ALIVE", fg="red", bold=True)
+        lines.append(f"  {h['id']}: {state}, last seen {ago(h['lastSeen'])}, "
+                     f"{h['running']} running")
+    return lines
 
 
 def _matrix_status(matrix: dict[str, Any] | None) -> list[str]:

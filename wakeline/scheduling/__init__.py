@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 
 from wakeline.config import Config
 from wakeline.errors import ConfigError
+from wakeline.scheduling.roles import Roles
 from wakeline.secrets import Secrets
 
 
@@ -42,6 +43,7 @@ class Scheduler(Protocol):
     the supervisor, and asked which hosts share the work."""
 
     host_id: str
+    roles: Roles  # the parts one host at a time runs (Discord's Gateway, Matrix sync)
 
     def start(self) -> None:
         """Begin taking turns (the engine's own threads start here)."""

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from wakeline.scheduling import HostView
+from wakeline.scheduling.roles import Roles
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ POLL_SECONDS = 0.05
 # for a slot at most one turn of each busy one. More turns a job save DBOS's enqueue and
 # dequeue per turn (`bench/hosts.py --turns-per-job`).
 TURNS_PER_JOB = 1
+# The doctor fails a host whose clock is further than this from the database's.
+MAX_SKEW_MS = 2000
 
 _NOW_MS = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
 _BEAT = (
@@ -181,6 +184,7 @@ class DbosScheduler:
         self._queue: Any = None
         self._wake_workflow: Any = None
         self.recoveries: list[tuple[str, float, int]] = []  # (dead host, seconds silent, jobs)
+        self.roles = Roles(settings.database_url, settings.host_id)
 
     @property
     def host_id(self) -> str:
@@ -240,6 +244,7 @@ class DbosScheduler:
             self._failure = exc
             self._ready.set()
             return
+        self.roles.poll()  # the parts this host runs start before `start` returns
         self._ready.set()
         beat = s.heartbeat_seconds or max(0.2, s.host_timeout_seconds / 5)
         while not self._stopping.wait(beat):
@@ -248,6 +253,8 @@ class DbosScheduler:
                 self._take_over_dead_hosts()
             except Exception:
                 log.exception("heartbeat failed")
+            self.roles.poll()  # a dead holder's roles are free: one live host takes each
+        self.roles.release()
         DBOS.destroy(workflow_completion_timeout_sec=self._grace)
         # A job still running here ends when the supervisor stops (its turn stays for the
         # next start); DBOS, gone, could only log that it cannot record that ending.
@@ -314,6 +321,29 @@ class DbosScheduler:
         with self._connect() as conn:
             rows = conn.execute(_HOSTS, (int(self.settings.host_timeout_seconds * 1000),)).fetchall()
         return [HostView(r[0], int(r[1]), bool(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+    def checks(self) -> list[dict[str, Any]]:
+        """The doctor's items: the hosts sharing the work, and their clocks against the
+        database's (a skew past `MAX_SKEW_MS` fails: hosts order turns by the database's
+        clock, but logs, journal times and token expiry use their own)."""
+        try:
+            hosts = self.hosts()
+        except Exception as exc:  # noqa: BLE001 - the doctor reports, never raises
+            return [{"name": "hosts", "ok": False,
+                     "detail": f"cannot read wakeline_hosts ({exc.__class__.__name__})",
+                     "fix": "check scale.database_url and that PostgreSQL is up"}]
+        alive = [h for h in hosts if h.alive]
+        dead = [h.id for h in hosts if not h.alive]
+        items = [{"name": "hosts", "ok": bool(alive),
+                  "detail": f"{len(alive)} of {len(hosts)} alive (this one: {self.host_id})"
+                  + (f"; not alive: {', '.join(dead)}" if dead else "")}]
+        skewed = [f"{h.id} {h.skew_ms:+d} ms" for h in alive if abs(h.skew_ms) > MAX_SKEW_MS]
+        items.append({"name": "clock_skew", "ok": not skewed,
+                      "detail": "clocks within %d ms of the database's" % MAX_SKEW_MS if not skewed
+                      else "off the database's clock: " + ", ".join(skewed)})
+        if skewed:
+            items[-1]["fix"] = "run NTP (systemd-timesyncd, chrony) on every host"
+        return items
 
     def _connect(self) -> Any:
         import psycopg

@@ -11,6 +11,7 @@ import time
 from typing import Callable
 
 from wakeline.scheduling import HostView
+from wakeline.scheduling.roles import Roles
 
 
 class LocalScheduler:
@@ -19,12 +20,15 @@ class LocalScheduler:
     def __init__(self, host_id: str, running: Callable[[], int] = lambda: 0) -> None:
         self.host_id = host_id
         self._running = running
+        self.roles = Roles(None, host_id)  # one host: every role is this one's
 
     def start(self) -> None:
-        """The supervisor is started by the composition root; nothing else runs here."""
+        """Start every role's part (the supervisor is started by the composition root)."""
+        self.roles.poll()
 
     def stop(self) -> None:
-        """The supervisor is stopped by the composition root."""
+        """The parts and the supervisor are stopped by the composition root."""
+        self.roles.release()
 
     def hosts(self) -> list[HostView]:
         return [HostView(self.host_id, int(time.time() * 1000), True, int(self._running()))]

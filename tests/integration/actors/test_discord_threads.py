@@ -472,6 +472,7 @@ def test_an_invalid_session_catches_up_over_rest(harness: Any) -> None:
     fake = h.discord
     h.deliver(opened())
     thread_id = thread_of(h)
+    wait_until(lambda: len(h.runs()) == 1, message="the first turn")  # or the message rides it
     first = fake.post_user_message(thread_id, PERSON, "seen live")
     wait_until(lambda: len(h.runs()) == 2, message="the live message's turn")
     gate = fake.hold_gateway()

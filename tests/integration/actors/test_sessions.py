@@ -258,6 +258,7 @@ def test_stop_before_the_agent_started_cancels_it(harness: Callable[..., Any]) -
     h.deliver(session_event(session_id="s-1"))
     wait_until(lambda: fake.activities())
     cid = h.api("GET", "/v1/conversations").json()["conversations"][0]["id"]
+    wait_until(lambda: h.conversation(cid)["state"] == "running", message="claimed")
     sent = time.monotonic()
     assert h.api("POST", f"/v1/conversations/{cid}/stop").status_code == 200
     assert time.monotonic() - sent < 3.0  # the actor did not wait for the gate

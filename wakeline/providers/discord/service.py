@@ -128,15 +128,20 @@ class DiscordService:
                                 guild_ready_timeout=self._tuning.guild_ready_timeout)
         self._gateway.start()
 
+    def stop_gateway(self) -> None:
+        """Close the Gateway (another host took the role over): no new messages here."""
+        gateway, self._gateway = self._gateway, None
+        if gateway is not None:
+            try:
+                gateway.stop()
+            except Exception:
+                log.exception("discord gateway did not stop cleanly")
+
     def stop(self) -> None:
         """Close the Gateway first (no new messages), then the control and its workers;
         every wait of the REST client ends at once."""
         self.rest.close()
-        if self._gateway is not None:
-            try:
-                self._gateway.stop()
-            except Exception:
-                log.exception("discord gateway did not stop cleanly")
+        self.stop_gateway()
         self.control.actor_ref.stop()
 
     # --- hooks -------------------------------------------------------------------------------

@@ -136,11 +136,15 @@ class MatrixRoutes:
             if c.loop is not None:
                 c.loop.start()
 
-    def stop(self) -> None:
-        """Stop the loops (a long poll in flight too), then the actors."""
+    def stop_sync(self) -> None:
+        """Stop the loops (a long poll in flight too): another host took the role over."""
         for c in self.connections.values():
             if c.loop is not None:
                 c.loop.stop()
+
+    def stop(self) -> None:
+        """Stop the loops (a long poll in flight too), then the actors."""
+        self.stop_sync()
         self._thread.stop()
         for c in self.connections.values():
             if c.actor is not None:
