@@ -248,3 +248,39 @@ def test_one_event_larger_than_the_budget_still_fits_alone(frozen: Any, operator
     assert huge["truncated"] is True and page["hasMore"] is True
     rest = operator.simulate_get("/v1/inbox", params={"after": huge["cursor"]}).json
     assert len(rest["events"]) == 1 and rest["hasMore"] is False
+
+
+def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock: Any) -> None:
+    """With an engine's hosts: each one's id, last heartbeat, liveness and running turns; a
+    dead host stays listed as not alive. `wakeline status` prints them."""
+    from wakeline.cli import _status_text
+    from wakeline.http.operator import create_operator_app
+    from wakeline.inbox import Inbox
+    from wakeline.metrics import Metrics
+    from wakeline.scheduling import HostView
+    from wakeline.tokens import TokenRegistry
+
+    seen = [HostView("host-1", 1_796_000_000_000, False, 0, 12),
+            HostView("host-2", 1_796_000_005_000, True, 3, -40)]
+    client = testing.TestClient(
+        create_operator_app(config, store, Inbox(store), TokenRegistry(OPERATOR_TOKEN), clock,
+                            Metrics(), hosts=lambda: seen),
+        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+    data = client.simulate_get("/v1/status").json
+    assert data["hosts"] == [
+        {"id": "host-1", "lastSeen": "2026-11-30T00:53:20.000Z", "alive": False, "running": 0,
+         "skewMs": 12},
+        {"id": "host-2", "lastSeen": "2026-11-30T00:53:25.000Z", "alive": True, "running": 3,
+         "skewMs": -40}]
+    text = _status_text(data)
+    assert "hosts: 1 of 2 alive" in text
+    assert "host-1: NOT ALIVE" in text and "host-2: alive" in text and "3 running" in text
+
+    def unreadable() -> list[HostView]:
+        raise OSError("database away")
+
+    broken = testing.TestClient(
+        create_operator_app(config, store, Inbox(store), TokenRegistry(OPERATOR_TOKEN), clock,
+                            Metrics(), hosts=unreadable),
+        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+    assert broken.simulate_get("/v1/status").json["hosts"] == []  # the rest still answers
