@@ -272,7 +272,9 @@ def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock:
          "skewMs": 12},
         {"id": "host-2", "lastSeen": "2026-11-30T00:53:25.000Z", "alive": True, "running": 3,
          "skewMs": -40}]
-    text = _status_text(data)
+    import click
+
+    text = click.unstyle(_status_text(data))  # click drops the colour off a TTY
     assert "hosts: 1 of 2 alive" in text
     assert "host-1: NOT ALIVE" in text and "host-2: alive" in text and "3 running" in text
 
