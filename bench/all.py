@@ -3,8 +3,8 @@
 
     .venv/bin/python bench/all.py [--quick]      (what `make bench` runs)
 
-Runs `ingest.py`, `turns.py`, `sessions.py`, `progress.py`, `discord.py`, `inbox.py` and `journal.py` one after the
-other (each starts its own servers on loopback and cleans up), keeps their whole output
+Runs `ingest.py`, `turns.py`, `sessions.py`, `progress.py`, `discord.py`, `inbox.py`,
+`journal.py` and `hosts.py` one after the other (each starts its own servers on loopback and cleans up), keeps their whole output
 in `bench/last-run/`, and prints the figures that matter. Ratios are wakeline over its
 baseline for rates (higher is better) and for times (lower is better), as the column says.
 The machines here are noisy: compare ratios, not absolute times.
@@ -116,6 +116,20 @@ def main() -> int:
     rows.append(("journal", "5,000 appends through the actor, ms (baseline: write+fsync each)",
                  actor.group(2), actor.group(1), actor.group(3)))
     rows.append(("journal", "compaction at 2,500 lines, ms", f"{compact:.1f}", "—", "—"))
+
+    text = run("hosts.py", *(["--quick"] if quick else []))
+    three = re.search(r"\| 3 \| \d+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+) \|", text)
+    one = number(r"\| 1 \| \d+ \| [\d.]+ \| ([\d.]+) \|", text)
+    pg = re.search(r"SQLite ([\d,]+)/s p99 ([\d.]+) ms; PostgreSQL ([\d,]+)/s p99 ([\d.]+) ms", text)
+    took = number(r"first interrupted turn again ([\d.]+) s after the kill", text)
+    assert three and pg, f"see {OUT}"
+    rows.append(("hosts", "turns/s on 3 hosts, sleeping agent (baseline: 1 host; ideal 3x)",
+                 three.group(1), f"{one:.2f}", f"{float(three.group(1)) / one:.2f}"))
+    pg_rate, sq_rate = (float(pg.group(k).replace(",", "")) for k in (3, 1))
+    rows.append(("hosts", "ingest deliveries/s on PostgreSQL (baseline: on SQLite, same run)",
+                 f"{pg_rate:,.0f}", f"{sq_rate:,.0f}", f"{pg_rate / sq_rate:.2f}"))
+    rows.append(("hosts", "a dead host's turns start again after, s (baseline: host_timeout 5 s)",
+                 f"{took:.1f}", "5.0", f"{took / 5:.2f}"))
 
     print("| bench | figure | wakeline | baseline (same run) | ratio |")
     print("|---|---|---:|---:|---:|")

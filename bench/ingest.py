@@ -575,8 +575,11 @@ def source_label(ref: str | None) -> str:
 
 
 def start_wakeline(workdir: Path, secret: str, src: Path | None,
-                   profile: Path | None = None) -> Server:
-    home = workdir / "wakeline"
+                   profile: Path | None = None, extra_config: str = "",
+                   name: str = "wakeline") -> Server:
+    """A: the real `wakeline serve`; `extra_config` adds TOML sections (bench/hosts.py puts
+    its store on PostgreSQL with a `[scale]` section)."""
+    home = workdir / name
     home.mkdir()
     config = home / "wakeline.toml"
     config.write_text(
@@ -587,6 +590,7 @@ def start_wakeline(workdir: Path, secret: str, src: Path | None,
         f'operator_host = "{HOST}"\n'
         "operator_port = 0\n"
         f"ingress_threads = {SERVER_THREADS}\n"
+        + extra_config
     )
     exe = Path(sys.executable).parent / "wakeline"
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "wakeline"]
@@ -601,7 +605,7 @@ def start_wakeline(workdir: Path, secret: str, src: Path | None,
                                check=False).stdout
         if not where.startswith(str(src)):
             raise RuntimeError(f"PYTHONPATH did not win: wakeline imports from {where.strip()}")
-    return Server("A", "wakeline", [*argv, "--config", str(config), "serve"], env, home,
+    return Server("A", name, [*argv, "--config", str(config), "serve"], env, home,
                   "webhooks on ", home / "state" / "wakeline.db")
 
 

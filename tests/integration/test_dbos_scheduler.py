@@ -2,7 +2,7 @@
 order, coalesced wakes, and DBOS started and stopped from its own thread.
 
 DBOS is a process-wide singleton, so this module runs one scheduler for all its checks. The
-multi-host figures (2-3 processes, kill -9) come from bench/dbos_hosts.py.
+multi-host figures come from bench/hosts.py and tests/system/test_hosts.py.
 """
 
 from __future__ import annotations
