@@ -115,3 +115,20 @@ class StoreShell:
         with psycopg.connect(self._config.scale.database_url, autocommit=True) as conn:
             cur = conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)
             return _Rows(cur.fetchall() if cur.description else [])
+
+
+def kept_tokens(service: Any) -> dict[str, Any] | None:
+    """The Linear app's tokens as the service keeps them: its owner-only file on one host
+    (the mode checked here), the shared database's row where hosts share one."""
+    import json
+    import stat
+
+    if service.config.scale.engine == "dbos":
+        row = StoreShell(service.config).execute(
+            "SELECT value FROM settings WHERE key = 'linear.oauth'").fetchone()
+        return json.loads(row[0])["tokens"] if row else None
+    path = service.config.oauth_token_path
+    if not path.exists():
+        return None
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    return json.loads(path.read_text())

@@ -48,11 +48,14 @@ from wakeline.providers.linear.credentials import (
 from wakeline.providers.linear.install import Installed, Installer
 from wakeline.providers.linear.oauth import TokenEndpoint
 from wakeline.providers.linear.progress import ProgressBoard
+from wakeline.providers.linear.shared_tokens import SharedTokens
 from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
-from wakeline.scheduling import Scheduler, host_id_of, shared_engine, store_target
+from wakeline.scheduling import (
+    Scheduler, engine_shares, host_id_of, shared_engine, store_target,
+)
 from wakeline.scheduling.local import LocalScheduler
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
 from wakeline.ticker import Ticker
@@ -102,11 +105,15 @@ def token_endpoint(config: Config, secrets: Secrets, clock: Clock) -> TokenEndpo
                          secrets.client_secret.get_secret_value(), clock)
 
 
-def linear_credential(config: Config, secrets: Secrets, clock: Clock) -> Credential | None:
-    """The app's own token when `linear.client_id` is set, else the API key, else none."""
+def linear_credential(config: Config, secrets: Secrets, clock: Clock,
+                      store: Store | None = None, database_url: str = "") -> Credential | None:
+    """The app's own token when `linear.client_id` is set, else the API key, else none.
+    Hosts that share a database (`database_url`) share the app's tokens there."""
     if config.linear.client_id:
-        return AppCredential(config.linear.grant, config.linear.client_id,
-                             TokenFile(config.oauth_token_path),
+        own = TokenFile(config.oauth_token_path)
+        tokens = SharedTokens(store, database_url, legacy=own) \
+            if store is not None and database_url else own
+        return AppCredential(config.linear.grant, config.linear.client_id, tokens,
                              token_endpoint(config, secrets, clock), clock, secrets.remember)
     if secrets.linear_api_key is not None:
         return StaticCredential(secrets.linear_api_key.get_secret_value())
@@ -241,7 +248,7 @@ def build_service(
     router = Router(config, workflow)
     # One journal for every host that shares the database; a file on one host.
     journal_file: JournalStore = JournalTable(store.db, clock, secrets.values(), host=host_id) \
-        if config.scale.engine == "dbos" else JournalFile(config.journal_path, clock, secrets.values())
+        if engine_shares(config) else JournalFile(config.journal_path, clock, secrets.values())
     journal = Journal.start(journal_file, metrics.journal_failed,
                             group_window=JOURNAL_GROUP_WINDOW_SECONDS).proxy()
     recorder = Recorder(journal, lambda: to_ms(clock.now()), owner_user_ids=config.linear.owner_user_ids,
@@ -272,7 +279,8 @@ def build_service(
         lambda cid, event, text: recorder.lifecycle(cid, event, text, source=f"{cid}:{to_ms(clock.now())}"))
     client: LinearClient | None = None
     budget: RequestBudget | None = None
-    credential = linear_credential(config, secrets, clock)
+    credential = linear_credential(config, secrets, clock, store,
+                                   str(target) if engine_shares(config) else "")
     if credential is not None:
         budget = RequestBudget(config.linear.requests_per_hour, clock)
         client = LinearClient(config.linear.api_url, credential, budget, secrets.values())

@@ -168,9 +168,14 @@ class Doctor:
         return checks
 
     def _token_check(self, credential: AppCredential) -> dict[str, Any]:
-        """The app's token file: owner-only, and a token that works."""
-        path = self._config.oauth_token_path
+        """The app's token file: owner-only, and a token that works (where hosts share a
+        database, the tokens are a row of it: no file to check)."""
         auth = credential.state()
+        shared = credential.tokens_where
+        if shared is not None:
+            return _check("linear_token", auth.ok, f"{shared}: {auth.detail}"
+                          + (f"; fix: {auth.fix}" if auth.fix else ""))
+        path = self._config.oauth_token_path
         mode = TokenFile(path).mode()
         if mode is not None and mode & 0o077:
             return _check("linear_token", False,

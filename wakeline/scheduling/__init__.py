@@ -55,6 +55,11 @@ class Scheduler(Protocol):
         """The hosts sharing the work (one, for the local engine)."""
 
 
+def engine_shares(config: Config) -> bool:
+    """Whether hosts share the store (and so what each would otherwise keep alone)."""
+    return config.scale.engine != "local"
+
+
 def host_id_of(config: Config) -> str:
     """This host's stable id: `scale.host_id`, else the hostname."""
     return config.scale.host_id or socket.gethostname()
@@ -78,7 +83,7 @@ def shared_engine(config: Config, database_url: str, store: Any, *,
                   running: Callable[[], int]) -> Any:
     """The engine that shares turns between hosts (`DbosScheduler`), or None for `local`,
     whose supervisor decides alone. The one place the engine is chosen."""
-    if config.scale.engine == "local":
+    if not engine_shares(config):
         return None
     from wakeline.scheduling.dbos import DbosScheduler, DbosSettings  # only for engine "dbos"
 
@@ -90,4 +95,5 @@ def shared_engine(config: Config, database_url: str, store: Any, *,
                          running=running)
 
 
-__all__ = ["HostView", "Scheduler", "host_id_of", "shared_engine", "store_target"]
+__all__ = ["HostView", "Scheduler", "engine_shares", "host_id_of", "shared_engine",
+           "store_target"]

@@ -23,7 +23,7 @@ from freezegun import freeze_time
 
 from tests.conftest import FROZEN_AT, OPERATOR_TOKEN, session_event, signed
 from tests.fakes.linear import FakeLinear, FakeOAuth
-from tests.helpers import kept_journal, wait_until
+from tests.helpers import kept_journal, kept_tokens, wait_until
 from wakeline.cli import cli
 
 DAY = 24 * 3600
@@ -70,7 +70,7 @@ def test_install_through_the_callback(harness: Callable[..., Any],
     # A wrong state opens nothing.
     wrong = requests.get(begun["redirectUri"], params={"code": code, "state": "forged"}, timeout=10)
     assert wrong.status_code == 400 and "unknown" in wrong.text
-    assert not h.service.config.oauth_token_path.exists()
+    assert kept_tokens(h.service) is None
     page = requests.get(begun["redirectUri"], params={"code": code, "state": begun["state"]},
                         timeout=10)
     assert page.status_code == 200 and "wakeline app" in page.text and code not in page.text
@@ -82,9 +82,8 @@ def test_install_through_the_callback(harness: Callable[..., Any],
     again = requests.get(begun["redirectUri"], params={"code": code, "state": begun["state"]},
                          timeout=10)
     assert again.status_code == 400 and "already used" in again.text
-    path = h.service.config.oauth_token_path
-    stored = json.loads(path.read_text())
-    assert path.stat().st_mode & 0o777 == 0o600
+    stored = kept_tokens(h.service)  # owner-only (0600) when it is the host's file
+    assert stored is not None
     assert (stored["viewer_id"], stored["organization_id"]) == ("app-user-1", "org-test")
     assert h.api("GET", "/v1/status").json()["linear"]["ok"] is True
     doctor = h.api("GET", "/v1/doctor").json()
@@ -116,7 +115,7 @@ def test_install_with_a_code_and_what_it_refuses(harness: Callable[..., Any]) ->
     h = start(harness)
     bogus = h.api("POST", "/v1/linear/install", json={"code": "not-a-code"})
     assert bogus.status_code == 400 and bogus.json()["error"] == "install_refused"
-    assert not h.service.config.oauth_token_path.exists()
+    assert kept_tokens(h.service) is None
     begun = h.api("POST", "/v1/linear/install", json={}).json()
     code = h.linear.oauth.authorize(begun["redirectUri"])
     done = h.api("POST", "/v1/linear/install", json={"code": code})

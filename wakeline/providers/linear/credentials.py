@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 from wakeline.clock import Clock, iso, to_ms
 from wakeline.errors import LinearAuthUnavailable
@@ -28,6 +28,9 @@ from wakeline.providers.linear.oauth import (
     Grant, TokenEndpoint, TokenEndpointUnavailable, TokenRefused,
 )
 from wakeline.providers.linear.token_file import StoredTokens, TokenFile, TokenFileInvalid
+
+if TYPE_CHECKING:
+    from wakeline.providers.linear.shared_tokens import SharedTokens
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +181,7 @@ class AppCredential(_Listeners):
     kind = "app"
 
     def __init__(self, grant: Literal["authorization_code", "client_credentials"], client_id: str,
-                 file: TokenFile, endpoint: TokenEndpoint | None, clock: Clock,
+                 file: TokenFile | SharedTokens, endpoint: TokenEndpoint | None, clock: Clock,
                  remember: Callable[[str], None] = lambda value: None) -> None:
         super().__init__()
         self.grant = grant
@@ -279,6 +282,11 @@ class AppCredential(_Listeners):
         return tokens
 
     # --- inside the lock ---------------------------------------------------------------------
+
+    @property
+    def tokens_where(self) -> str | None:
+        """Where the tokens are kept when it is not this host's file (hosts sharing them)."""
+        return getattr(self._file, "where", None)
 
     def _now(self) -> int:
         return to_ms(self._clock.now())
