@@ -135,11 +135,12 @@ def decide(delivery: InboundDelivery, conv: ConversationFacts | None) -> Decisio
     assert isinstance(env, ControlMessage)
     if conv is None or conv.id != env.conversation_id:
         return Decision(Outcome.IGNORED, "no_conversation")
+    if conv.terminal:
+        # A closed issue takes no turn and no command until Linear reopens it, and its thread
+        # gets no reply (it is closed again instead); the message is recorded.
+        return Decision(Outcome.IGNORED, "terminal")
     if env.command:
         return Decision(Outcome.ACCEPTED)  # acted on by the control once durable, never a turn
-    if conv.terminal:
-        # A closed issue takes no turn until Linear reopens it; the message is recorded.
-        return Decision(Outcome.IGNORED, "terminal")
     return Decision(Outcome.ACCEPTED, to_fifo=True)
 
 

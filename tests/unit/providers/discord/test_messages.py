@@ -75,6 +75,14 @@ def test_a_closed_issue_records_the_message_without_a_turn() -> None:
     assert not decide(d, facts(terminal=True)).to_fifo
 
 
+def test_a_command_in_a_closed_issues_thread_is_only_recorded() -> None:
+    """No reply goes to a closed thread (a moderator may still post in a locked one)."""
+    d = to_delivery(ThreadMessage.from_rest(rest(content="!status")), TARGET)
+    decision = decide(d, facts(terminal=True))
+    assert (decision.outcome, decision.reason, decision.to_fifo) == (
+        Outcome.IGNORED, "terminal", False)
+
+
 def test_a_command_is_admitted_without_a_fifo_entry() -> None:
     d = to_delivery(ThreadMessage.from_rest(rest(content="!stop")), TARGET)
     decision = decide(d, facts())
