@@ -55,13 +55,32 @@ def _claude_read_only(argv: list[str]) -> list[str]:
 
 
 def _codex_read_only(argv: list[str]) -> list[str]:
-    argv = _without(argv, {"--full-auto", "--dangerously-bypass-approvals-and-sandbox", "--yolo"},
+    argv = _without(_without_sandbox_overrides(argv),
+                    {"--full-auto", "--dangerously-bypass-approvals-and-sandbox", "--yolo"},
                     {"-s", "--sandbox"})
     if "exec" not in argv:
         argv.insert(1 if argv else 0, "exec")
     at = argv.index("exec") + 1
     argv[at:at] = ["-s", "read-only"]
     return argv
+
+
+def _without_sandbox_overrides(argv: list[str]) -> list[str]:
+    """`argv` without Codex config overrides of its sandbox (`-c sandbox_mode=...`), which
+    could otherwise widen a planning turn's read-only sandbox again."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        value = argv[i + 1] if arg in ("-c", "--config") and i + 1 < len(argv) else None
+        inline = arg.split("=", 1)[1] if arg.startswith("--config=") else None
+        setting = value if value is not None else inline
+        if setting is not None and setting.lstrip().startswith("sandbox"):
+            i += 2 if value is not None else 1
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def _claude(argv: list[str], resume_id: str | None) -> list[str]:
