@@ -239,6 +239,7 @@ def test_status_stop_and_reset_act_on_the_conversation(harness: Any) -> None:
     h.deliver(opened())
     thread_id = thread_of(h)
     wait_until(lambda: h.only_conversation()["state"] == "running", message="a running turn")
+    wait_until(lambda: len(h.runs()) == 1, message="the agent started")  # before !STOP kills it
     session = h.only_conversation()["session"]
 
     fake.post_user_message(thread_id, PERSON, "!status")
