@@ -241,7 +241,8 @@ class Supervisor(pykka.ThreadingActor):
             return
         for cleanup in due:
             cid = cleanup.conversation_id
-            if cid in self._live or cid in self._queued or cid in self._retiring:
+            if cid in self._live or cid in self._queued or cid in self._waiters \
+                    or cid in self._retiring:
                 continue  # a turn may run there: it is retired when the conversation is idle
             self._retiring.add(cid)
             assert self._janitor is not None
