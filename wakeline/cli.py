@@ -170,7 +170,7 @@ def _status_text(data: dict[str, Any]) -> str:
 
 def _hosts_status(hosts: list[dict[str, Any]] | None) -> list[str]:
     """One line per host sharing the work (only where there is more than this one)."""
-    if not hosts or len(hosts) < 2 and hosts[0]["alive"]:
+    if not hosts or (len(hosts) == 1 and hosts[0]["alive"]):
         return []
     lines = [f"hosts: {sum(1 for h in hosts if h['alive'])} of {len(hosts)} alive"]
     for h in hosts:

@@ -11,16 +11,20 @@ pytest.importorskip("psycopg")
 from wakeline.scheduling.roles import Roles  # noqa: E402
 
 
-def recorder(log: list[str], host: str) -> tuple[object, object]:
-    return (lambda: log.append(f"{host} start"), lambda: log.append(f"{host} stop"))
+def two_hosts(url: str, role: str, log: list[str]) -> tuple[Roles, Roles]:
+    """Hosts a and b, each with the role; what each starts and stops goes to `log`."""
+    hosts = Roles(url, "a"), Roles(url, "b")
+    for roles in hosts:
+        name = roles.host_id
+        roles.add(role, lambda n=name: log.append(f"{n} start"),
+                  lambda n=name: log.append(f"{n} stop"))
+    return hosts
 
 
 def test_one_host_holds_a_role_and_a_survivor_takes_it_when_the_holder_dies(
         postgres_url: str) -> None:
     log: list[str] = []
-    a, b = Roles(postgres_url, "a"), Roles(postgres_url, "b")
-    a.add("gateway", *recorder(log, "a"))  # type: ignore[arg-type]
-    b.add("gateway", *recorder(log, "b"))  # type: ignore[arg-type]
+    a, b = two_hosts(postgres_url, "gateway", log)
     a.poll()
     b.poll()
     b.poll()
@@ -36,9 +40,7 @@ def test_a_broken_lock_connection_is_taken_back_or_the_part_stops(postgres: obje
     import psycopg
 
     log: list[str] = []
-    a, b = Roles(postgres_url, "a"), Roles(postgres_url, "b")
-    a.add("matrix", *recorder(log, "a"))  # type: ignore[arg-type]
-    b.add("matrix", *recorder(log, "b"))  # type: ignore[arg-type]
+    a, b = two_hosts(postgres_url, "matrix", log)
     a.poll()
 
     def break_holder() -> None:
@@ -62,7 +64,7 @@ def test_a_broken_lock_connection_is_taken_back_or_the_part_stops(postgres: obje
 def test_on_one_host_every_role_is_this_ones() -> None:
     log: list[str] = []
     roles = Roles(None, "solo")
-    roles.add("gateway", *recorder(log, "solo"))  # type: ignore[arg-type]
+    roles.add("gateway", lambda: log.append("solo start"), lambda: log.append("solo stop"))
     roles.poll()
     roles.poll()
     assert log == ["solo start"] and roles.held("gateway")

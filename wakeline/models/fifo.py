@@ -325,10 +325,6 @@ class Fifo:
             agent_session=conv.agent_session_id,
         )
 
-    def turn_alive(self, turn_id: str) -> bool:
-        """True while the turn record exists (a reset or retirement removes it)."""
-        return self._t.turns.select().where(self._t.turns.id == turn_id).exists()
-
     # --- endings ---------------------------------------------------------------------------
 
     def finalise(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,

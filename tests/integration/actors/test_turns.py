@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET, comment_event, session_event
+from tests.conftest import (
+    LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET, comment_event, session_event, sqlite_only,
+)
 from tests.helpers import wait_until
 
 
@@ -190,6 +192,7 @@ def test_agent_crash_is_a_failed_attempt_that_retries(harness: Callable[..., Any
     assert conv["claimed"] == 1 and conv["pending"] == 0  # nothing dropped
 
 
+@sqlite_only  # it locks the SQLite file itself: on PostgreSQL it would lock nothing
 def test_a_busy_store_delays_finalisation_but_loses_nothing(harness: Callable[..., Any]) -> None:
     import sqlite3
     import threading

@@ -67,7 +67,7 @@ def test_a_stopped_turn_that_a_crash_interrupted_ends_at_recovery(store: Store) 
         assert store.fifo.stop_session(cid, "s-i-1", 2_000) is True
     # The process died before its actor finalised the turn: it is not re-run.
     assert store.fifo.recover(3_000) == [cid]
-    assert not store.fifo.turn_alive(turn.turn_id)
+    assert store.fifo.turn_status(turn.turn_id) == (False, None)
     again = store.fifo.claim(cid, 3_000)
     assert again is not None and again.turn_id != turn.turn_id  # the other session's request
     results = store.t.turn_results
@@ -82,7 +82,7 @@ def test_a_linear_stop_ends_a_waiting_turn_and_gives_back_its_other_work(store: 
     store.fifo.fail(turn.turn_id, "boom", 1_400, (60,))
     with store.db.atomic():
         assert store.fifo.stop_session(cid, "s-i-1", 2_000) is False
-    assert not store.fifo.turn_alive(turn.turn_id)
+    assert store.fifo.turn_status(turn.turn_id) == (False, None)
     assert states(store) == [("completed", "stopped"), ("pending", None)]
     assert store.fifo.claim(cid, 3_000) is not None  # the other session's request runs now
 

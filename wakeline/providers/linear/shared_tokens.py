@@ -64,8 +64,6 @@ class SharedTokens:
             version = int((self._stored() or {}).get("version", 0)) + 1
             self._store.set_setting(SETTING, {"version": version,
                                               "tokens": tokens.model_dump(mode="json")})
-        except OSError:
-            raise
         except Exception as exc:  # noqa: BLE001 - the database's own error, as an OSError
             raise OSError(f"the tokens could not be stored ({exc.__class__.__name__})") from None
 
