@@ -35,8 +35,9 @@ LINEAR_KEY = "lin_api_TESTKEY0123456789abcdefghijkl"
 ORG = "org-test"
 FROZEN_AT = "2026-11-29T12:00:00Z"
 
-# The session's throwaway PostgreSQL cluster (`postgres`, `postgres_url`), started on first use.
-pytest_plugins = ["tests.support.postgres"]
+# The session's throwaway PostgreSQL cluster (`postgres`, `postgres_url`), started on first use,
+# and the end-of-session check that nothing a test started outlives it.
+pytest_plugins = ["tests.support.postgres", "tests.support.leftovers"]
 
 
 @pytest.fixture(autouse=True)

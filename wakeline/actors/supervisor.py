@@ -25,6 +25,7 @@ import logging
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 # Every this many ticks the supervisor rescans the store for work nobody woke
 # (a wake lost to a busy database, a claim that failed): nothing waits forever.
 SWEEP_EVERY_TICKS = 20
+
+# How often an engine's job waiting for its turn checks that the supervisor still lives.
+JOB_POLL_SECONDS = 1.0
 
 
 class Supervisor(pykka.ThreadingActor):
@@ -287,4 +291,12 @@ def run_one_turn(supervisor: Any, conversation_id: str) -> bool:
     more work waits after it."""
     done: Future[bool] = Future()
     supervisor.serve_one.defer(conversation_id, done)
-    return done.result()
+    # A message still queued when the actor stops is dropped unanswered (pykka answers only
+    # asks): poll, so the job ends with the supervisor instead of holding its thread forever
+    # (the engine's pool is joined at interpreter exit, and would hang it).
+    while True:
+        try:
+            return done.result(timeout=JOB_POLL_SECONDS)
+        except FutureTimeout:
+            if not supervisor.actor_ref.is_alive():
+                raise RuntimeError("wakeline is stopping") from None
