@@ -4,8 +4,9 @@ A process left behind that holds the session's stdout or stderr keeps a CI runne
 pipe until its deadline; a non-daemon thread (or a pool worker, joined at interpreter exit)
 blocked forever hangs the exit itself. Either turns a green run into a timeout that says
 nothing. So at the end of the session this plugin names, kills and fails on such processes,
-names the threads still running, and arms faulthandler: an exit still stuck after
-`EXIT_GRACE_SECONDS` prints every thread's stack and ends the process with status 1.
+names the threads still running, and starts a watchdog: an exit still stuck after
+`EXIT_GRACE_SECONDS` prints every thread's stack and ends the process with the session's
+status (the tests' verdict stands; the stacks say what to fix).
 """
 
 from __future__ import annotations
@@ -104,4 +105,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         stack = "".join(traceback.format_stack(frames[thread.ident])) \
             if thread.ident in frames else ""
         sys.stderr.write(f"\nleftovers: thread {thread.name!r} still runs:\n{stack}")
-    faulthandler.dump_traceback_later(EXIT_GRACE_SECONDS, exit=True)
+    _exit_within(EXIT_GRACE_SECONDS, int(session.exitstatus))
+
+
+def _exit_within(seconds: float, status: int) -> None:
+    """If the interpreter has not exited `seconds` from now, print every thread's stack and
+    end it with the session's own status (a daemon thread runs on while exit joins the rest)."""
+    def watch() -> None:
+        if not threading.Event().wait(seconds):
+            sys.stderr.write(f"\nleftovers: the exit still hangs after {seconds} s; stacks:\n")
+            faulthandler.dump_traceback(all_threads=True)
+            os._exit(status)
+
+    threading.Thread(target=watch, name="exit-watchdog", daemon=True).start()
