@@ -2,8 +2,8 @@
 
 The same waitress listener wakeline serves its webhooks with (`wakeline.http.server.Listener`:
 the same adjustments, the same request threads), the same falcon app settings, and the
-same CPU placement as `wakeline serve` (its threads kept on one CPU unless
-`--any-cpu`). The handler reads the body and answers 200 `{"outcome": "accepted"}`: no
+same CPU placement and scheduling as `wakeline serve` (its threads kept on one CPU and
+batch-scheduled unless `--any-cpu`). The handler reads the body and answers 200 `{"outcome": "accepted"}`: no
 signature, no JSON, no validation, no store. Whatever a durable ingest costs on top of
 HTTP is what the ratio to this server measures.
 
@@ -51,7 +51,7 @@ def main() -> int:
     ap.add_argument("--any-cpu", action="store_true", help="leave the threads on every CPU")
     args = ap.parse_args()
     if not args.any_cpu:
-        pin_to_one_cpu()  # as `wakeline serve` does by default (server.single_cpu)
+        pin_to_one_cpu()  # one CPU, batch-scheduled, as `wakeline serve` by default (server.single_cpu)
     app = falcon.App(media_type=falcon.MEDIA_JSON)
     app.add_route("/webhooks/linear", Bare())
     app.add_route("/healthz", Healthy())

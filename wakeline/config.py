@@ -50,8 +50,9 @@ class ServerConfig(_Section):
         "senders deliveries queue in front of the commit instead of joining it.",
     )
     single_cpu: bool = Field(
-        True, description="Run wakeline's own threads on one CPU (agents keep every CPU): with one "
-        "GIL they never use more, and together their hand-offs are cheap.",
+        True, description="Run wakeline's own threads on one CPU, batch-scheduled (agents keep "
+        "every CPU and the normal policy): with one GIL they never use more, and together their "
+        "hand-offs are cheap.",
     )
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=64 * 1_048_576, description="Largest webhook body accepted."

@@ -7,6 +7,12 @@ another CPU, and the threads then take turns at the GIL across CPUs. On the 2-vC
 benchmark machine that cost about 30% of the ingest's CPU and 20 context switches per
 delivery instead of 3 (docs/performance.md). Agents are separate processes: they keep
 every CPU the service was given.
+
+On one CPU the threads are also batch-scheduled (`SCHED_BATCH`): a thread that wakes
+another (a request handing its plan to the admission writer, the writer waking the
+requests of a durable group) then keeps the CPU until it blocks, instead of being
+preempted by the woken thread, which could only find the GIL taken and sleep again
+(decision 0026).
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ log = logging.getLogger(__name__)
 
 
 def pin_to_one_cpu() -> frozenset[int] | None:
-    """Confine the calling thread, and every thread it starts from now on, to one CPU.
+    """Confine the calling thread, and every thread it starts from now on, to one CPU,
+    batch-scheduled there.
 
     The CPU is the highest one the thread may use. Call it before any other thread
-    starts, since threads keep the CPUs of the thread that started them.
+    starts, since threads keep the CPUs and the policy of the thread that started them.
 
     Returns:
         The CPUs the thread could use before, for the agents; None when nothing
@@ -40,22 +47,43 @@ def pin_to_one_cpu() -> frozenset[int] | None:
     except OSError as exc:  # a sandbox that forbids it: run as before, only slower
         log.warning("could not keep to one CPU", extra={"error": exc.__class__.__name__})
         return None
+    _set_policy(_BATCH)
     return allowed
+
+
+_BATCH = getattr(os, "SCHED_BATCH", None)
+_NORMAL = getattr(os, "SCHED_OTHER", None)
+
+
+def _set_policy(policy: int | None) -> None:
+    """Set the calling thread's scheduling policy (Linux: per thread); never fails."""
+    if policy is None or not hasattr(os, "sched_setscheduler"):
+        return
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError as exc:  # refused: the threads only hand off the GIL less smoothly
+        log.warning("could not change the scheduling policy",
+                    extra={"error": exc.__class__.__name__})
 
 
 @contextmanager
 def spawning_on(cpus: frozenset[int] | None) -> Iterator[None]:
-    """Let a child process started inside the block use `cpus` (None: leave things be).
+    """Let a child process started inside the block use `cpus` (None: leave things be),
+    normally scheduled.
 
-    A child starts with the CPUs of the thread that starts it, so the calling thread
-    widens its own set for the block and narrows it again after.
+    A child starts with the CPUs and the scheduling policy of the thread that starts it,
+    so the calling thread widens its own set and takes the normal policy for the block,
+    and takes its own back after.
     """
     if cpus is None:
         yield
         return
     before = os.sched_getaffinity(0)
+    policy = os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
     os.sched_setaffinity(0, cpus)
+    _set_policy(_NORMAL)
     try:
         yield
     finally:
         os.sched_setaffinity(0, before)
+        _set_policy(policy)

@@ -22,7 +22,7 @@ operator_host = "127.0.0.1"     # operator API: keep it on loopback
 operator_port = 8788
 threads = 8                     # the operator API's request threads
 ingress_threads = 32            # the webhook listener's: each waits for its delivery's commit
-single_cpu = true               # wakeline's own threads on one CPU; agents keep every CPU
+single_cpu = true               # wakeline's own threads on one CPU, batch-scheduled; agents keep every CPU
 max_body_bytes = 1048576
 
 [linear]

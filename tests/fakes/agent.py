@@ -33,6 +33,7 @@ def record(prompt: str) -> None:
         "cwd": os.getcwd(),
         "pid": os.getpid(),
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "policy": os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None,
         "phase": os.environ.get("WAKELINE_PHASE"),
         "approvedPlan": "approved-plan" in prompt,
         "at": time.time(),

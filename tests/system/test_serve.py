@@ -249,7 +249,8 @@ def test_serve_output_never_carries_the_webhook_secret_or_operator_token(
 @pytest.mark.parametrize("single_cpu", [True, False])
 def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable[..., Served],
                                                             tmp_path: Path, single_cpu: bool) -> None:
-    """With `server.single_cpu` (the default), every thread of serve shares one CPU; agents never do."""
+    """With `server.single_cpu` (the default), every thread of serve shares one CPU, batch-scheduled;
+    agents never do, and are scheduled normally."""
     allowed = os.sched_getaffinity(0)
     runs = tmp_path / "agent-runs.jsonl"
     agent = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
@@ -259,13 +260,17 @@ def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable
     raw, headers = signed(session_event(session_id="s-cpu"), secret=WEBHOOK_SECRET)
     assert served.post(raw, headers).json()["outcome"] == "accepted"
     wait_until(lambda: runs.exists() and runs.read_text().strip(), 30, message="the agent ran")
-    assert json.loads(runs.read_text().splitlines()[0])["cpus"] == sorted(allowed)
-    threads = {}
+    run = json.loads(runs.read_text().splitlines()[0])
+    assert run["cpus"] == sorted(allowed)
+    assert run["policy"] == os.SCHED_OTHER
+    threads, policies = {}, {}
     for tid in Path(f"/proc/{served.proc.pid}/task").iterdir():
         try:
             threads[tid.name] = os.sched_getaffinity(int(tid.name))
+            policies[tid.name] = os.sched_getscheduler(int(tid.name))
         except ProcessLookupError:
             pass  # a thread that just ended (the turn's runner)
     assert len(threads) > 10  # both listeners' threads, the writer, the actors...
     expected = frozenset({max(allowed)}) if single_cpu else frozenset(allowed)
     assert set(map(frozenset, threads.values())) == {expected}, threads
+    assert set(policies.values()) == {os.SCHED_BATCH if single_cpu else os.SCHED_OTHER}, policies

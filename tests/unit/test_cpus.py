@@ -1,4 +1,5 @@
-"""Confining the service's threads to one CPU, and letting agents have them all."""
+"""Confining the service's threads to one CPU, batch-scheduled, and letting agents have them all,
+scheduled normally."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def child_cpus() -> list[int]:
                                check=True, timeout=30).stdout)
 
 
+def child_policy() -> int:
+    code = "import os; print(os.sched_getscheduler(0))"
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, timeout=30).stdout)
+
+
 def test_pinning_confines_the_thread_and_the_threads_it_starts() -> None:
     allowed = os.sched_getaffinity(0)
 
@@ -54,6 +61,39 @@ def test_pinning_confines_the_thread_and_the_threads_it_starts() -> None:
     assert before == frozenset(allowed)
     assert own == started == {max(allowed)}
     assert os.sched_getaffinity(0) == allowed  # the test's own thread is untouched
+
+
+def test_pinning_batch_schedules_the_thread_and_the_threads_it_starts() -> None:
+    def pin() -> tuple[int, int]:
+        pin_to_one_cpu()
+        return os.sched_getscheduler(0), in_a_thread(lambda: os.sched_getscheduler(0))
+
+    assert in_a_thread(pin) == (os.SCHED_BATCH, os.SCHED_BATCH)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread is untouched
+
+
+def test_a_child_started_while_spawning_is_scheduled_normally() -> None:
+    def spawn() -> tuple[int, int, int]:
+        everything = pin_to_one_cpu()
+        batch_child = child_policy()
+        with spawning_on(everything):
+            normal_child = child_policy()
+        return batch_child, normal_child, os.sched_getscheduler(0)
+
+    assert in_a_thread(spawn) == (os.SCHED_BATCH, os.SCHED_OTHER, os.SCHED_BATCH)
+
+
+def test_a_refused_policy_still_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(pid: int, policy: int, param: Any) -> None:
+        raise PermissionError("not here")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    allowed = os.sched_getaffinity(0)
+
+    def pin() -> tuple[Any, set[int], int]:
+        return pin_to_one_cpu(), os.sched_getaffinity(0), os.sched_getscheduler(0)
+
+    assert in_a_thread(pin) == (frozenset(allowed), {max(allowed)}, os.SCHED_OTHER)
 
 
 def test_a_child_started_while_spawning_gets_every_cpu_and_the_thread_stays_pinned() -> None:
