@@ -3,9 +3,9 @@
 The same waitress listener wakeline serves its webhooks with (`wakeline.http.server.Listener`:
 the same adjustments, the same request threads), the same falcon app settings, and the
 same CPU placement and scheduling as `wakeline serve` (its threads kept on one CPU and
-batch-scheduled unless `--any-cpu`). The handler reads the body and answers 200 `{"outcome": "accepted"}`: no
-signature, no JSON, no validation, no store. Whatever a durable ingest costs on top of
-HTTP is what the ratio to this server measures.
+batch-scheduled unless `--any-cpu`). The handler reads the body and answers 200
+`{"outcome": "accepted"}`: no signature, no JSON, no validation, no store. Whatever a
+durable ingest costs on top of HTTP is what the ratio to this server measures.
 
 Run by bench/ingest.py as a child process:
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +35,26 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
             raise AssertionError(f"{message} not met within {timeout}s{detail}")
         # A poll interval, not a wait for an event: the deadline bounds the loop.
         time.sleep(interval)
+
+
+def batch_scheduling_allowed() -> bool:
+    """Whether a thread here may take `SCHED_BATCH` (a sandbox may refuse it; wakeline then
+    logs a warning and runs as before). Probed on a thread of its own, which then ends."""
+    if not hasattr(os, "SCHED_BATCH"):
+        return False
+    allowed: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            allowed.append(True)
+        except OSError:
+            allowed.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join(10)
+    return allowed == [True]
 
 
 def free_port() -> int:

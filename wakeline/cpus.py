@@ -24,6 +24,9 @@ from typing import Iterator
 
 log = logging.getLogger(__name__)
 
+_BATCH = getattr(os, "SCHED_BATCH", None)
+_NORMAL = getattr(os, "SCHED_OTHER", None)
+
 
 def pin_to_one_cpu() -> frozenset[int] | None:
     """Confine the calling thread, and every thread it starts from now on, to one CPU,
@@ -49,10 +52,6 @@ def pin_to_one_cpu() -> frozenset[int] | None:
         return None
     _set_policy(_BATCH)
     return allowed
-
-
-_BATCH = getattr(os, "SCHED_BATCH", None)
-_NORMAL = getattr(os, "SCHED_OTHER", None)
 
 
 def _set_policy(policy: int | None) -> None:

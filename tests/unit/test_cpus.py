@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import batch_scheduling_allowed
 from wakeline.cpus import pin_to_one_cpu, spawning_on
 
 pytestmark = pytest.mark.skipif(
@@ -63,6 +64,11 @@ def test_pinning_confines_the_thread_and_the_threads_it_starts() -> None:
     assert os.sched_getaffinity(0) == allowed  # the test's own thread is untouched
 
 
+needs_batch = pytest.mark.skipif(not batch_scheduling_allowed(),
+                                 reason="this platform refuses SCHED_BATCH")
+
+
+@needs_batch
 def test_pinning_batch_schedules_the_thread_and_the_threads_it_starts() -> None:
     def pin() -> tuple[int, int]:
         pin_to_one_cpu()
@@ -72,6 +78,7 @@ def test_pinning_batch_schedules_the_thread_and_the_threads_it_starts() -> None:
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the test's own thread is untouched
 
 
+@needs_batch
 def test_a_child_started_while_spawning_is_scheduled_normally() -> None:
     def spawn() -> tuple[int, int, int]:
         everything = pin_to_one_cpu()
