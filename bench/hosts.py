@@ -44,7 +44,7 @@ import requests  # noqa: E402
 
 from tests.helpers import StoreShell, wait_until  # noqa: E402
 from tests.support.hosts import (  # noqa: E402
-    Host, agent_runs, overlaps, running_on, signed_delivery, takeover_seconds, write_agent,
+    Host, agent_runs, overlaps, running_lately, signed_delivery, takeover_seconds, write_agent,
 )
 from tests.support.postgres import ensure_server, start_cluster  # noqa: E402
 
@@ -142,8 +142,8 @@ def takeover(cluster: Any, work: Path, args: argparse.Namespace) -> dict[str, fl
         for k, (i, n) in enumerate(items):
             raw, headers = signed_delivery(i, n)
             session.post(hosts[k % 3].url, data=raw, headers=headers, timeout=10).raise_for_status()
-        wait_until(lambda: running_on(agent_runs(log), victim.name), timeout=120,
-                   message="the victim runs a turn")
+        wait_until(lambda: running_lately(agent_runs(log), victim.name, args.agent_seconds / 2),
+                   timeout=120, message="the victim runs a turn")
         victim.kill9()
         killed = time.time()
         wait_until(lambda: _completed(url) == (len(items), len(items)), timeout=600,

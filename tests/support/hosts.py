@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +193,18 @@ def running_on(runs: list[dict[str, Any]], host: str) -> set[str]:
         r["turn"] for r in runs if r["host"] == host and "end" in r}
 
 
+def running_lately(runs: list[dict[str, Any]], host: str, within: float) -> set[str]:
+    """Turns the host started less than `within` seconds ago and has not ended: a kill now
+    cuts them mid-run, not between the agent's exit and the turn's finalisation."""
+    now = time.time()
+    return {r["turn"] for r in runs if r["host"] == host and "start" in r
+            and now - r["start"] < within} & running_on(runs, host)
+
+
 def takeover_seconds(runs: list[dict[str, Any]], victim: str, killed_at: float) -> float:
-    """From the kill to the first start elsewhere of a turn the victim was running."""
-    cut = running_on(runs, victim)
-    again = [r["start"] for r in runs if "start" in r and r["turn"] in cut and r["host"] != victim]
+    """From the kill to the first start elsewhere of a turn the victim had started (a turn
+    runs on a second host only when the first did not finish it)."""
+    started = {r["turn"] for r in runs if r["host"] == victim and "start" in r}
+    again = [r["start"] for r in runs if "start" in r and r["turn"] in started
+             and r["host"] != victim and r["start"] >= killed_at]
     return min(again) - killed_at if again else float("inf")

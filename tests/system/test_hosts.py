@@ -23,8 +23,8 @@ import requests
 
 from tests.helpers import StoreShell, wait_until
 from tests.support.hosts import (
-    Host, agent_runs, misordered, overlaps, running_on, signed_delivery, takeover_seconds,
-    write_agent,
+    Host, agent_runs, misordered, overlaps, running_lately, running_on, signed_delivery,
+    takeover_seconds, write_agent,
 )
 
 pytest.importorskip("dbos")
@@ -76,9 +76,12 @@ def test_three_hosts_lose_double_and_reorder_nothing_when_one_is_killed(
         for count, (i, n) in enumerate(work):
             deliver(i, n)
             if count == len(work) // 2:
-                # Kill a host in the middle of its turns, and do not bring it back yet.
-                wait_until(lambda: running_on(agent_runs(log), victim.name), timeout=60,
-                           message="the victim runs a turn")
+                # Kill a host in the middle of its turns, and do not bring it back yet: best
+                # while an agent has just started (not between its exit and the turn's end).
+                patience = time.time() + 3
+                wait_until(lambda: running_lately(agent_runs(log), victim.name, AGENT_SECONDS / 2)
+                           or (time.time() > patience and running_on(agent_runs(log), victim.name)),
+                           timeout=60, message="the victim runs a turn")
                 victim.kill9()
                 killed[victim.name] = time.time()
             time.sleep(0.02)
