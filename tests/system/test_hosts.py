@@ -79,9 +79,13 @@ def test_three_hosts_lose_double_and_reorder_nothing_when_one_is_killed(
                 # Kill a host in the middle of its turns, and do not bring it back yet: best
                 # while an agent has just started (not between its exit and the turn's end).
                 patience = time.time() + 3
-                wait_until(lambda: running_lately(agent_runs(log), victim.name, AGENT_SECONDS / 2)
-                           or (time.time() > patience and running_on(agent_runs(log), victim.name)),
-                           timeout=60, message="the victim runs a turn")
+
+                def mid_run() -> bool:
+                    runs = agent_runs(log)
+                    return bool(running_lately(runs, victim.name, AGENT_SECONDS / 2)
+                                or (time.time() > patience and running_on(runs, victim.name)))
+
+                wait_until(mid_run, timeout=60, message="the victim runs a turn")
                 victim.kill9()
                 killed[victim.name] = time.time()
             time.sleep(0.02)
