@@ -11,9 +11,12 @@ The protocol: the service hands the helper one connected Unix socket per runner 
 a spawn request carries the argv, cwd and environment as JSON and the child's stdin,
 stdout and stderr as file descriptors. The helper answers `{"pid": N}` (or `{"error":
 "..."}`), waits for the child, kills what the child left in its process group, and answers
-`{"exit": code}`. When the control socket closes (the service stopped or died, even by
-kill -9) the helper kills every agent group still running and exits: an agent never
-keeps working beside its turn's re-run.
+`{"exit": code}`. A request with `capture` (byte bounds) sends only stdin: the helper reads
+the child's stdout and stderr itself, within those bounds, and the exit answer carries them
+too. A plain-text agent's turn then costs the service one request and one answer, with no
+pipes to read or wake-ups per chunk on the service's one CPU. When the control socket
+closes (the service stopped or died, even by kill -9) the helper kills every agent group
+still running and exits: an agent never keeps working beside its turn's re-run.
 
 This module imports only the standard library: the helper runs it as a script
 (`python -I forkserver.py FD`), without the service's packages or environment.
@@ -25,6 +28,7 @@ import errno
 import json
 import logging
 import os
+import selectors
 import shutil
 import signal
 import socket
@@ -124,24 +128,99 @@ class _Helper:
                     return  # the service end went away
 
     def _spawn(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        capture = request.get("capture")  # [stdout bytes kept, stderr tail bytes], or None
+        pipes: list[int] = []  # the read ends of the child's stdout and stderr, when captured
         try:
-            if len(fds) != 3:
-                raise OSError(0, "a spawn request needs stdin, stdout and stderr")
+            if len(fds) != (1 if capture else 3):
+                raise OSError(0, "a spawn request needs stdin, stdout and stderr"
+                                 if not capture else "a captured spawn request needs stdin only")
+            stdio = list(fds)
+            if capture:
+                for _ in range(2):
+                    read, write = os.pipe()
+                    pipes.append(read)
+                    fds.append(write)  # closed below, once the child has its copy
+                    stdio.append(write)
             with self._lock:  # one spawn at a time (it changes directory); none once stopping
-                pid = _spawn(request["argv"], request["cwd"], request["env"], fds)
+                pid = _spawn(request["argv"], request["cwd"], request["env"], stdio)
                 self._running.add(pid)
         except OSError as exc:
+            for fd in pipes:
+                os.close(fd)
             _send(conn, {"error": f"{exc.__class__.__name__}: {exc.strerror or exc}"})
             return
         finally:
             for fd in fds:
                 os.close(fd)
         _send(conn, {"pid": pid})
+        output = _capture(pid, pipes[0], pipes[1], int(capture[0]), int(capture[1])) \
+            if capture else {}
         _, status = os.waitpid(pid, 0)
         with self._lock:
             self._running.discard(pid)
             _kill_group(pid)  # whatever the agent left running ends with its turn
-        _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+        _send(conn, {"exit": os.waitstatus_to_exitcode(status), **output})
+
+
+def _capture(pid: int, out_r: int, err_r: int, out_max: int, err_tail: int) -> dict[str, Any]:
+    """Read the child's stdout (its first `out_max` bytes kept) and stderr (its last
+    `err_tail` bytes) until both close, or until the child has exited and they are dry: a
+    grandchild may hold them open. Closes both; the child is not reaped here."""
+    out, err = bytearray(), bytearray()
+    dropped = 0
+    exited, stop_watching = _exit_watch(pid)
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(exited, selectors.EVENT_READ)
+            sel.register(out_r, selectors.EVENT_READ, out)
+            sel.register(err_r, selectors.EVENT_READ, err)
+            gone = False
+            while len(sel.get_map()) > (0 if gone else 1):
+                events = sel.select(timeout=0 if gone else None)
+                if not events:
+                    break  # exited, and nothing more waits in the pipes
+                for key, _ in events:
+                    if key.data is None:
+                        gone = True
+                        sel.unregister(exited)
+                        continue
+                    chunk = os.read(key.fd, 65_536)
+                    if not chunk:
+                        sel.unregister(key.fd)
+                    elif key.data is out:
+                        room = out_max - len(out)
+                        out += chunk[:room]
+                        dropped += max(len(chunk) - room, 0)
+                    else:
+                        err += chunk
+                        del err[:max(len(err) - err_tail, 0)]
+    finally:
+        stop_watching()
+        os.close(out_r)
+        os.close(err_r)
+    return {"stdout": out.decode("utf-8", "replace"), "stdout_dropped": dropped,
+            "stderr": err.decode("utf-8", "replace")}
+
+
+def _exit_watch(pid: int) -> tuple[int, Any]:
+    """A descriptor that becomes readable when `pid` exits (without reaping it), and what
+    closes it: a pidfd, or where the kernel has none, a pipe a waiting thread writes to."""
+    try:
+        fd = os.pidfd_open(pid)
+        return fd, lambda: os.close(fd)
+    except (AttributeError, OSError):
+        pass
+    read, write = os.pipe()
+
+    def wait() -> None:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            pass
+        os.close(write)  # readable (EOF) from now on
+
+    threading.Thread(target=wait, daemon=True).start()
+    return read, lambda: os.close(read)
 
 
 def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], fds: Sequence[int]) -> int:
@@ -190,9 +269,20 @@ class SpawnFailed(OSError):
     """The helper could not start the program (its reason is the text), or is not there."""
 
 
+@dataclass(frozen=True)
+class Exited:
+    """How a child ended: its exit code (negative: the signal), and what a captured spawn
+    read of its output."""
+
+    code: int
+    stdout: str = ""
+    stdout_dropped: int = 0  # bytes past the stdout bound, not kept
+    stderr: str = ""  # its tail
+
+
 @dataclass
 class SpawnedChild:
-    """An agent the helper started: its pid, and the connection its exit code comes on."""
+    """An agent the helper started: its pid, and the connection its exit comes on."""
 
     pid: int
     _conn: socket.socket
@@ -201,8 +291,8 @@ class SpawnedChild:
         """Readable once the child has exited (select on it beside its pipes)."""
         return self._conn.fileno()
 
-    def wait(self) -> int | None:
-        """The child's exit code (negative: the signal that ended it); None if the helper died."""
+    def finish(self) -> Exited | None:
+        """Wait for the child's end (and its output, when captured); None if the helper died."""
         try:
             got = _recv(self._conn)
         except OSError:
@@ -210,7 +300,14 @@ class SpawnedChild:
         if got is None or "exit" not in got[0]:
             _kill_group(self.pid)  # nobody is watching it any more
             return None
-        return int(got[0]["exit"])
+        answer = got[0]
+        return Exited(int(answer["exit"]), str(answer.get("stdout", "")),
+                      int(answer.get("stdout_dropped", 0)), str(answer.get("stderr", "")))
+
+    def wait(self) -> int | None:
+        """The child's exit code (negative: the signal that ended it); None if the helper died."""
+        exited = self.finish()
+        return exited.code if exited is not None else None
 
 
 class ForkServer:
@@ -235,8 +332,10 @@ class ForkServer:
             self._ensure_helper()
 
     def spawn(self, argv: Sequence[str], cwd: str, env: Mapping[str, str],
-              stdio: tuple[int, int, int]) -> SpawnedChild:
-        """Start `argv` in its own session with these stdin, stdout and stderr descriptors.
+              stdio: tuple[int, ...], capture: tuple[int, int] | None = None) -> SpawnedChild:
+        """Start `argv` in its own session with these stdin, stdout and stderr descriptors;
+        with `capture` (stdout bytes kept, stderr tail bytes), `stdio` is stdin alone and
+        the helper reads the output, which `SpawnedChild.finish` returns.
 
         Raises:
             SpawnFailed: the program could not be started, or the helper is not there.
@@ -245,7 +344,10 @@ class ForkServer:
         conn = self._connection()
         generation = self._local.generation
         try:
-            _send(conn, {"argv": list(argv), "cwd": cwd, "env": dict(env)}, stdio)
+            request = {"argv": list(argv), "cwd": cwd, "env": dict(env)}
+            if capture is not None:
+                request["capture"] = list(capture)
+            _send(conn, request, stdio)
             got = _recv(conn)
         except OSError:
             got = None

@@ -13,7 +13,8 @@ from typing import Iterator
 import pytest
 
 from tests.helpers import wait_until
-from wakeline.forkserver import ForkServer, SpawnFailed
+from wakeline import forkserver as forkserver_module
+from wakeline.forkserver import Exited, ForkServer, SpawnFailed
 
 ENV = {"PATH": os.environ["PATH"]}
 
@@ -132,3 +133,43 @@ def test_when_the_service_is_killed_its_agents_end_too(tmp_path: Path) -> None:
     service.stdin.close()
     service.stdout.close()
     wait_until(lambda: not alive(agent) and not alive(helper), message="agent and helper gone")
+
+
+def test_a_captured_spawn_keeps_the_head_of_stdout_and_the_tail_of_stderr(
+        forkserver: ForkServer, tmp_path: Path) -> None:
+    script = "printf 0123456789abcdef; printf 'first\\nlast\\n' >&2; exit 3"
+    with open(os.devnull, "rb") as stdin:
+        child = forkserver.spawn(["sh", "-c", script], str(tmp_path), ENV, (stdin.fileno(),),
+                                 capture=(10, 5))
+    exited = child.finish()
+    assert exited == Exited(3, stdout="0123456789", stdout_dropped=6, stderr="last\n")
+
+
+def test_a_captured_spawn_ends_with_the_agent_although_a_grandchild_holds_its_pipes(
+        forkserver: ForkServer, tmp_path: Path) -> None:
+    with open(os.devnull, "rb") as stdin:
+        child = forkserver.spawn(["sh", "-c", "sleep 60 & echo $!"], str(tmp_path), ENV,
+                                 (stdin.fileno(),), capture=(1000, 1000))
+    exited = child.finish()  # the sleep still holds stdout: the answer must not wait for it
+    assert exited is not None and exited.code == 0
+    wait_until(lambda: not alive(int(exited.stdout)), message="the leftover sleep killed")
+
+
+def test_without_a_pidfd_the_capture_sees_the_exit_from_a_waiting_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "pidfd_open")
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    proc = subprocess.Popen(["sh", "-c", "echo out; echo err >&2; sleep 60 &"],
+                            stdout=out_w, stderr=err_w, start_new_session=True)
+    os.close(out_w)
+    os.close(err_w)
+    try:
+        got = forkserver_module._capture(proc.pid, out_r, err_r, 100, 100)
+        assert got == {"stdout": "out\n", "stdout_dropped": 0, "stderr": "err\n"}
+        assert proc.wait(10) == 0  # seen exited, yet left for its parent to reap
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the sleep it left
+        except ProcessLookupError:
+            pass

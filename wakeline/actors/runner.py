@@ -5,15 +5,18 @@ The fork server starts the child (the service never forks itself; see
 reaches everything it started), reads the prompt on stdin from an anonymous
 in-memory file (a memfd, so the prompt never touches the disk; an owner-only
 file in the state dir, unlinked at once, where the platform has none), and has
-its stdout and stderr
-read with fixed bounds: a flood costs CPU, never memory. When the child exits
+its stdout and stderr read with fixed bounds: a flood costs CPU, never memory. A
+plain-text agent's output is read by the fork server, which answers with it when
+the child ends, so the runner thread waits for one message and wakes once (on the
+service's one CPU, every wake-up costs a context switch). When the child exits
 the runner calls `on_exit` with a `RunOutcome`; it never decides what the
 outcome means. Runner threads come from a fixed pool (one per turn slot), so a
 turn costs no thread start and its store connection stays open between turns.
 
-A stream agent's stdout is not kept: its lines go to the turn's `StreamReader` as
-they arrive (bounded per line), the progress they carry to `on_progress` at once,
-and the reader gives the answer when the child has exited.
+A stream agent's pipes are read here instead, and its stdout is not kept: its
+lines go to the turn's `StreamReader` as they arrive (bounded per line), the
+progress they carry to `on_progress` at once, and the reader gives the answer
+when the child has exited.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import BinaryIO, Callable, Iterator, Mapping
 
 from wakeline.agents.streams import ProgressEvent, StreamAnswer, StreamReader
 from wakeline.errors import WakelineError
-from wakeline.forkserver import ForkServer, SpawnFailed
+from wakeline.forkserver import ForkServer, SpawnedChild, SpawnFailed
 from wakeline.secrets import write_private
 
 log = logging.getLogger(__name__)
@@ -91,22 +94,15 @@ class RunOutcome:
 
 
 @dataclass
-class _Capture:
+class _Tail:
+    """The last `limit` bytes of a stream (a stream agent's stderr)."""
+
     limit: int
-    keep_tail: bool = False
     data: bytearray = field(default_factory=bytearray)
-    dropped: int = 0
 
     def add(self, chunk: bytes) -> None:
-        if self.keep_tail:
-            self.data += chunk
-            if len(self.data) > self.limit:
-                self.dropped += len(self.data) - self.limit
-                del self.data[: len(self.data) - self.limit]
-            return
-        room = self.limit - len(self.data)
-        self.data += chunk[:room]
-        self.dropped += max(len(chunk) - room, 0)
+        self.data += chunk
+        del self.data[: max(len(self.data) - self.limit, 0)]
 
 
 class _Lines:
@@ -258,21 +254,49 @@ class TurnProcess:
                 cwd = spec.prepare()
         except WakelineError as exc:
             return RunOutcome(exit_code=None, spawn_error=f"{exc.code}: {exc.detail or exc.code}")
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        child, not_started = None, RunOutcome(exit_code=None)
+        if spec.reader is None:
+            return self._run_captured(spec, cwd)
+        return self._run_streamed(spec, cwd, spec.reader)
+
+    def _start_child(self, spec: TurnSpec, cwd: Path, stdout: int | None = None,
+                     stderr: int | None = None) -> tuple[SpawnedChild | None, RunOutcome]:
+        """Start the child through the fork server unless a stop came first; on these
+        descriptors, or captured by the helper when none are given."""
         try:
             with self._lock, prompt_stdin(spec) as stdin:
                 if self._cancelled is not None:
-                    not_started = RunOutcome(exit_code=-self._cancelled)
+                    return None, RunOutcome(exit_code=-self._cancelled)
+                if stdout is None or stderr is None:
+                    child = self._forkserver.spawn(spec.argv, str(cwd), spec.env, (stdin.fileno(),),
+                                                   capture=(STDOUT_MAX_BYTES, STDERR_TAIL_BYTES))
                 else:
                     child = self._forkserver.spawn(spec.argv, str(cwd), spec.env,
-                                                   (stdin.fileno(), out_w, err_w))
-                    self._pid = child.pid
+                                                   (stdin.fileno(), stdout, stderr))
+                self._pid = child.pid
+                return child, RunOutcome(exit_code=None)
         except OSError as exc:
             reason = str(exc) if isinstance(exc, SpawnFailed) else \
                 f"{exc.__class__.__name__}: {exc.strerror or exc}"
-            not_started = RunOutcome(exit_code=None, spawn_error=reason)
+            return None, RunOutcome(exit_code=None, spawn_error=reason)
+
+    def _run_captured(self, spec: TurnSpec, cwd: Path) -> RunOutcome:
+        """A plain-text agent: the helper reads its output; this thread waits for one answer."""
+        child, not_started = self._start_child(spec, cwd)
+        if child is None:
+            return not_started
+        exited = child.finish()
+        self._after_exit()
+        if exited is None:
+            return RunOutcome(exit_code=None, spawn_error="the fork server stopped during the turn")
+        return RunOutcome(exit_code=exited.code, stdout=exited.stdout,
+                          stdout_truncated=exited.stdout_dropped > 0, stderr_tail=exited.stderr)
+
+    def _run_streamed(self, spec: TurnSpec, cwd: Path, reader: StreamReader) -> RunOutcome:
+        """A stream agent: its lines are read here as they come, for progress."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            child, not_started = self._start_child(spec, cwd, out_w, err_w)
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -280,42 +304,37 @@ class TurnProcess:
             os.close(out_r)
             os.close(err_r)
             return not_started
-        out: _Capture | _Lines = _Capture(STDOUT_MAX_BYTES) if spec.reader is None \
-            else _Lines(spec.reader, spec.on_progress)
-        err = _Capture(STDERR_TAIL_BYTES, keep_tail=True)
+        out = _Lines(reader, spec.on_progress)
+        err = _Tail(STDERR_TAIL_BYTES)
         try:
             self._pump(child.exit_fileno(), {out_r: out, err_r: err})
         finally:
             os.close(out_r)
             os.close(err_r)
         code = child.wait()
-        with self._lock:
-            self._exited = True
-        if spec.after_exit is not None:
-            try:
-                spec.after_exit()
-            except Exception:  # the turn's outcome stands; what failed is logged
-                log.exception("after the turn's exit", extra={"turn_id": spec.turn_id})
+        self._after_exit()
         if code is None:
             return RunOutcome(exit_code=None, spawn_error="the fork server stopped during the turn")
         stderr_tail = err.data.decode("utf-8", "replace")
-        if isinstance(out, _Lines):
-            out.close()
-            reader = out.reader
-            answer = reader.finish(code if code >= 0 else None, stderr_tail)
-            return RunOutcome(exit_code=code, stdout=answer.text, stderr_tail=stderr_tail,
-                              answer=answer, runner_session=reader.session_id,
-                              resume_refused=reader.resume_refused,
-                              skipped_lines=reader.skipped + out.dropped)
-        return RunOutcome(
-            exit_code=code,
-            stdout=out.data.decode("utf-8", "replace"),
-            stdout_truncated=out.dropped > 0,
-            stderr_tail=stderr_tail,
-        )
+        out.close()
+        answer = reader.finish(code if code >= 0 else None, stderr_tail)
+        return RunOutcome(exit_code=code, stdout=answer.text, stderr_tail=stderr_tail,
+                          answer=answer, runner_session=reader.session_id,
+                          resume_refused=reader.resume_refused,
+                          skipped_lines=reader.skipped + out.dropped)
+
+    def _after_exit(self) -> None:
+        """The child is gone: no signal goes to its pid again; then the spec's clean-up."""
+        with self._lock:
+            self._exited = True
+        if self.spec.after_exit is not None:
+            try:
+                self.spec.after_exit()
+            except Exception:  # the turn's outcome stands; what failed is logged
+                log.exception("after the turn's exit", extra={"turn_id": self.spec.turn_id})
 
     @staticmethod
-    def _pump(exit_fd: int, captures: dict[int, _Capture | _Lines]) -> None:
+    def _pump(exit_fd: int, captures: dict[int, _Tail | _Lines]) -> None:
         """Read the child's pipes until both close, or until it has exited and they are dry:
         a grandchild may keep them open after the agent exits."""
         with selectors.DefaultSelector() as sel:

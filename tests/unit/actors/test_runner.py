@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec, prompt_stdin
+from wakeline.actors.runner import STDOUT_MAX_BYTES, RunOutcome, TurnProcess, TurnSpec, prompt_stdin
 from wakeline.forkserver import ForkServer
 
 PROMPT = "Fix the flaky login test. ✓ ünïcode and a long tail " + "x" * 200_000
@@ -99,3 +99,11 @@ def test_a_stream_is_read_line_by_line_while_the_agent_runs(
     assert outcome.answer is not None and outcome.answer.text == "seen True"
     assert outcome.stdout == "seen True" and outcome.runner_session == "s-9"
     assert outcome.skipped_lines == 3  # not UTF-8 (nor JSON), the 5 MB line, the cut-off one
+
+
+def test_a_text_agent_keeps_the_head_of_a_flood_and_the_tail_of_its_stderr(
+        tmp_path: Path, forkserver: ForkServer) -> None:
+    flood = f"head -c {STDOUT_MAX_BYTES + 5000} /dev/zero; echo oops >&2; exit 1"
+    outcome = run(spec(tmp_path, ("sh", "-c", flood)), forkserver)
+    assert outcome.exit_code == 1 and outcome.stdout == "\0" * STDOUT_MAX_BYTES
+    assert outcome.stdout_truncated and outcome.stderr_tail == "oops\n"
