@@ -129,6 +129,10 @@ class Tracker(pykka.ThreadingActor):
         threading.current_thread().name = "tracker"
         self._me = self.actor_ref.proxy()  # workers tell it; a proxy costs an introspection
         self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="linear")
+        if self._client is None:
+            # The local backend only refuses: nothing leaves the host, so its commits need no
+            # fsync of their own (decision 0017). A refusal a power cut takes back is made again.
+            self._store.relax_durability()
         unknown = self._store.outbox.recover(to_ms(self._clock.now()))
         if unknown:
             log.warning("writes of unknown outcome after a restart", extra={"count": unknown})
