@@ -523,7 +523,8 @@ class ConversationActor(pykka.ThreadingActor):
             }),
             prompt=prompt,
             prompt_dir=env.prompts,
-            before_start=lambda: env.await_replies(turn.conversation_id),
+            before_start=(lambda: env.await_replies(turn.conversation_id))
+            if turn.replies_waiting else None,
             prepare=guard.prepare if guard else (lambda: env.prepare_workspace(turn)),
             reader=reader_for(output) if output != "text" else None,
             on_progress=progress.offer,

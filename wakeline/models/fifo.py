@@ -21,7 +21,7 @@ from peewee import Case, Database, fn
 from wakeline.models.dialect import dialect_of
 from wakeline.models.envelopes import (AgentSession, ControlMessage, DataChange, MatrixMessage,
                                        parse_envelope)
-from wakeline.models.outbox import EffectSpec, Outbox, SessionReply
+from wakeline.models.outbox import UNSETTLED_OF, EffectSpec, Outbox, SessionReply
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import ConversationKind, DeliveryState, Ownership, TurnResultKind, TurnState
 from wakeline.models.tables import Tables
@@ -64,6 +64,9 @@ class ClaimedTurn:
     workspace_branch: str | None = None
     runner_session: str | None = None  # the agent CLI's own session, to resume
     agent_session: str | None = None  # the last Linear agent session of the issue
+    # Replies of the conversation not yet settled when it was claimed: the agent waits for
+    # them (an acknowledgement lands first). A reply prepared later is for a later turn.
+    replies_waiting: bool = True
 
 
 @dataclass(frozen=True)
@@ -203,12 +206,13 @@ class Fifo:
             # The workspace is in use again: a cleanup owed since a retirement no longer applies.
             conn.execute(_CLAIMED_CONVERSATION, (session_id, now, conv.id))
         entries = tuple(FifoEntry(r[0], r[3], r[4], parse_envelope(r[5])) for r in batch)
+        waiting = conn.execute(UNSETTLED_OF, (conv.id,)).fetchone()[0] > 0
         return ClaimedTurn(
             turn_id=turn_id, conversation_id=conv.id, attempt=1, session_id=session_id,
             kind=conv.kind, route=conv.route, title=conv.title, issue_id=conv.issue_id,
             issue_identifier=conv.issue_identifier, tainted=bool(conv.tainted), entries=entries,
             workspace_branch=conv.workspace_branch, runner_session=conv.runner_session,
-            agent_session=conv.agent_session_id,
+            agent_session=conv.agent_session_id, replies_waiting=waiting,
         )
 
     def _claim_slow(self, conversation_id: str, now: int, max_deliveries: int,
@@ -323,6 +327,7 @@ class Fifo:
             workspace_branch=conv.workspace_branch,
             runner_session=conv.runner_session,
             agent_session=conv.agent_session_id,
+            replies_waiting=self._outbox.unsettled(conv.id) > 0,
         )
 
     # --- endings ---------------------------------------------------------------------------

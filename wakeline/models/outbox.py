@@ -138,6 +138,7 @@ _SETTLE = (
     "UPDATE effects SET state = ?, settled_at = ?, error = ?, body = NULL, result_ids = ? WHERE id = ?"
 )
 _UNSETTLED = "SELECT COUNT(*) FROM effects WHERE state IN ('prepared', 'dispatched')"
+UNSETTLED_OF = _UNSETTLED + " AND conversation_id = ?"  # one conversation's, for fixed SQL
 
 
 class Outbox:
@@ -241,8 +242,7 @@ class Outbox:
         in flight."""
         if conversation_id is None:
             return int(self._db.execute_sql(_UNSETTLED).fetchone()[0])
-        sql = _UNSETTLED + " AND conversation_id = ?"
-        return int(self._db.execute_sql(sql, (conversation_id,)).fetchone()[0])
+        return int(self._db.execute_sql(UNSETTLED_OF, (conversation_id,)).fetchone()[0])
 
     def listing(self, limit: int = 100, state: str | None = None) -> list[dict[str, Any]]:
         """Effects newest first, without bodies."""

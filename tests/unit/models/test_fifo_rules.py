@@ -8,6 +8,7 @@ from dataclasses import replace
 from tests.unit.models.test_fifo_state_machine import plan_for, routed
 from wakeline.models.envelopes import DataChange, IssueInfo
 from wakeline.models.fifo import MAX_INTERRUPTED_ATTEMPTS
+from wakeline.models.outbox import EffectKind, EffectSpec, EffectState
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.states import DeliveryState, TurnResultKind, TurnState
 from wakeline.models.store import Store
@@ -141,3 +142,22 @@ def test_a_turn_stalled_by_restarts_answers_its_sessions(store: Store) -> None:
     store.fifo.recover(2_000, RERUN_REPLY, INTERRUPTED_REPLY)
     errors = [e for e in store.outbox.listing() if e["summary"].startswith("error")]
     assert len(errors) == 1 and errors[0]["target"] == "s-i-1"
+
+
+def test_a_claim_says_whether_the_conversations_replies_are_still_unsettled(store: Store) -> None:
+    """The runner waits for them before the agent starts, and skips that wait when none are."""
+    cid = admit(store, "i-1", 1_000)
+    turn = store.fifo.claim(cid, 1_100)
+    assert turn is not None and not turn.replies_waiting
+    ack = EffectSpec(EffectKind.AGENT_ACTIVITY, "s-i-1", "Picked up", activity_type="thought",
+                     conversation_id=cid)
+    with store.db.atomic():
+        [effect_id] = store.outbox.prepare([ack], 1_200)
+    store.fifo.finalise(turn.turn_id, TurnResultKind.RESPONSE, 1_300)
+    store.admit([comment_plan("i-1", 1_400)])
+    again = store.fifo.claim(cid, 1_500)
+    assert again is not None and again.replies_waiting
+    store.outbox.settle_all([effect_id], EffectState.REJECTED, 1_600)
+    store.fifo.fail(again.turn_id, "boom", 1_700, (0,))  # its retry takes the slower claim
+    retried = store.fifo.claim(cid, 1_800)
+    assert retried is not None and retried.turn_id == again.turn_id and not retried.replies_waiting
