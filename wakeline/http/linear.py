@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import falcon
 import pykka
@@ -41,9 +41,11 @@ from wakeline.models.store import Store
 from wakeline.providers.linear import replies
 from wakeline.providers.linear.account import VIEWER_QUERY, record_account, recorded_account
 from wakeline.providers.linear.credentials import Credential
-from wakeline.providers.linear.graphql_guard import Analysis, analyze, mark_creates
 from wakeline.providers.linear.intents import write_intents
 from wakeline.tokens import Grant, Lane
+
+if TYPE_CHECKING:
+    from wakeline.providers.linear.graphql_guard import Analysis
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,9 @@ class GraphQL:
     @falcon.before(lanes(Lane.OPERATOR, Lane.WORKER, Lane.ROOM))
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Check, then send once; answers Linear's `data`."""
+        # graphql-core loads with the first call: the service starts without it.
+        from wakeline.providers.linear.graphql_guard import analyze, mark_creates
+
         body = json_body(req)
         grant: Grant = req.context.grant
         query = body.get("query")

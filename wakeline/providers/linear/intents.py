@@ -16,13 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
-
-from graphql.language import OperationDefinitionNode, ValueNode
-from graphql.utilities import value_from_ast_untyped
+from typing import TYPE_CHECKING, Any, Mapping
 
 from wakeline.models.envelopes import EventEvidence
-from wakeline.providers.linear.graphql_guard import mutation_fields
+
+if TYPE_CHECKING:
+    from graphql.language import OperationDefinitionNode, ValueNode
 
 # Mutation root fields whose echo is an `update` of the object they name, by webhook type.
 UPDATES = {"issueUpdate": "Issue", "commentUpdate": "Comment"}
@@ -66,6 +65,9 @@ def write_intents(query: str, variables: Mapping[str, Any] | None = None,
     An update whose `id` cannot be resolved from the request (a variable without a value)
     yields no intent: there is no subject to hold its echo against.
     """
+    # graphql-core loads with the hatch's first mutation: the service starts without it.
+    from wakeline.providers.linear.graphql_guard import mutation_fields
+
     operation, fields = mutation_fields(query, operation_name)
     values = _variables(operation, variables or {})
     intents = []
@@ -99,6 +101,8 @@ def evidence_of(event_type: str, action: str, data: Mapping[str, Any],
 
 def _variables(operation: OperationDefinitionNode, given: Mapping[str, Any]) -> dict[str, Any]:
     """The request's variables, with the operation's defaults for those it leaves out."""
+    from graphql.utilities import value_from_ast_untyped
+
     values = {d.variable.name.value: value_from_ast_untyped(d.default_value)
               for d in operation.variable_definitions or () if d.default_value is not None}
     values.update(given)
@@ -106,4 +110,6 @@ def _variables(operation: OperationDefinitionNode, given: Mapping[str, Any]) -> 
 
 
 def _value(node: ValueNode, variables: Mapping[str, Any]) -> Any:
+    from graphql.utilities import value_from_ast_untyped
+
     return value_from_ast_untyped(node, variables)
