@@ -307,8 +307,8 @@ def build_service(
             tracker.progress_waiting.defer()
 
     def progress_ended(sessions: list[str]) -> None:
-        board.close(sessions)
-        tracker.progress_waiting.defer()
+        if board.close(sessions):  # most turns showed nothing: no message for the tracker
+            tracker.progress_waiting.defer()
 
     turn_env.progress_to_linear = progress_to_linear
     turn_env.progress_ended = progress_ended

@@ -6,7 +6,7 @@ from wakeline.agents.streams import (
     LinkFound, PlanStep, PlanUpdate, SessionStarted, Thought, ToolFinished, ToolStarted,
 )
 from wakeline.providers.linear.progress import (
-    PLAN_MAX_STEPS, REPLACED, RESULT_MAX_CHARS, Item, SessionProgress, items_of,
+    PLAN_MAX_STEPS, REPLACED, RESULT_MAX_CHARS, Item, ProgressBoard, SessionProgress, items_of,
 )
 
 SECRET = "hunter2-the-webhook-secret"
@@ -111,3 +111,11 @@ def test_at_the_end_the_plan_and_links_go_at_once_and_actions_are_dropped() -> N
     assert sent == [Item("plan", {"plan": ["final"]})] + [Item("link", {"url": n}) for n in range(3)] \
         + [None]
     assert not p.pending()
+
+
+def test_closing_sessions_that_showed_nothing_asks_nothing_of_the_tracker() -> None:
+    board = ProgressBoard(interval_ms=3000)
+    assert board.close(["s-quiet"]) is False  # a plain agent's turn: no message
+    board.offer(["s-busy"], [Item("plan", {"plan": ["one"]})])
+    assert board.close(["s-quiet", "s-busy"]) is True  # its plan still goes out
+    assert board.take(0, set()) == [("s-busy", Item("plan", {"plan": ["one"]}))]

@@ -264,13 +264,17 @@ class ProgressBoard:
                     state.offer(item)
         return woke
 
-    def close(self, session_ids: Sequence[str]) -> None:
-        """The sessions' turn ended: drop waiting actions and thoughts, flush the rest."""
+    def close(self, session_ids: Sequence[str]) -> bool:
+        """The sessions' turn ended: drop waiting actions and thoughts, flush the rest. True
+        when one of them had progress here (the tracker has something to look at)."""
+        known = False
         with self._lock:
             for session_id in session_ids:
                 state = self._sessions.get(session_id)
                 if state is not None:
                     state.close()
+                    known = True
+        return known
 
     def take(self, now_ms: int, busy: set[str]) -> list[tuple[str, Item]]:
         """The writes due now, one per session not `busy`; forgets sessions done flushing."""
