@@ -202,6 +202,8 @@ class ConversationActor(pykka.ThreadingActor):
         self._supervisor = supervisor
         self._running: _Running | None = None
         self._me: Any = None
+        # (may it run again, is a cleanup owed), read as a turn was finalised; else None
+        self._next_step: tuple[bool, bool] | None = None
 
     def on_start(self) -> None:
         """Make the proxy and set up this thread's store connection, once for every turn."""
@@ -340,12 +342,14 @@ class ConversationActor(pykka.ThreadingActor):
                 running.progress.offer([PlanUpdate(steps)])
         # Whatever progress still waits goes before the answer (or is dropped).
         env.progress_ended(list(running.sessions))
+        self._next_step = None
         try:
             self._settle(running, outcome)
         except Exception:
             # The turn record survives: recovery re-runs it. Never lose it silently.
             log.exception("finalising failed", extra={"turn_id": turn_id})
-        self._supervisor.turn_ended.defer(self.conversation_id)
+            self._next_step = None  # read in a transaction that did not commit
+        self._supervisor.turn_ended.defer(self.conversation_id, self._next_step)
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -436,12 +440,20 @@ class ConversationActor(pykka.ThreadingActor):
                   also: Callable[[], None] | None = None) -> bool:
         """Finalise (and `also`, in the same transaction); False when the turn was gone."""
         store = self._env.store
-        with store.db.atomic():
-            if not store.fifo.finalise(turn.turn_id, result, now, exit_code=outcome.exit_code,
-                                       output=output, effects=effects):
-                return False
+
+        def within() -> None:
             if also is not None:
                 also()
+            # What comes next, read in the same transaction, so the supervisor need not read
+            # it; if the read fails, the turn's end stands and the supervisor reads it itself.
+            try:
+                self._next_step = store.fifo.next_step(turn.conversation_id, now)
+            except Exception:
+                log.exception("next step unreadable", extra={"turn_id": turn.turn_id})
+
+        if not store.fifo.finalise(turn.turn_id, result, now, exit_code=outcome.exit_code,
+                                   output=output, effects=effects, within=within):
+            return False
         if effects:
             self._env.kick_tracker()
         self._env.notify(self._env.on_finished, FinishedTurn(turn, result, output, outcome.exit_code))

@@ -61,6 +61,7 @@ class Supervisor(pykka.ThreadingActor):
         self._me: Any = None
         self._ready: deque[str] = deque()
         self._queued: set[str] = set()
+        self._woken: set[str] = set()  # bound conversations woken since their slot last looked
         self._ticks = 0
         self._retiring: set[str] = set()
         self._janitor: ThreadPoolExecutor | None = None
@@ -83,6 +84,7 @@ class Supervisor(pykka.ThreadingActor):
         for slot in self._slots:
             slot.actor_ref.stop(block=False)
         self._live.clear()
+        self._woken.clear()
         self._free.clear()
         if self._janitor is not None:
             self._janitor.shutdown(wait=True, cancel_futures=True)
@@ -118,6 +120,7 @@ class Supervisor(pykka.ThreadingActor):
             live = self._live.get(cid)
             if live is not None:
                 live.wake.defer()
+                self._woken.add(cid)
             elif self._engine is not None:
                 elsewhere.append(cid)
             elif cid not in self._queued:
@@ -156,12 +159,19 @@ class Supervisor(pykka.ThreadingActor):
         for live in self._live.values():
             live.tick.defer()
 
-    def turn_ended(self, conversation_id: str) -> None:
-        """A live actor has nothing running: run it again, queue it behind others, or stop it."""
+    def turn_ended(self, conversation_id: str, step: tuple[bool, bool] | None = None) -> None:
+        """A live actor has nothing running: run it again, queue it behind others, or stop it.
+
+        `step` is what the slot read as it finalised the turn (may it run again, is a cleanup
+        owed); a wake since then may have brought more work, and then the store is read.
+        """
         live = self._live.get(conversation_id)
         if live is None:
             return
-        runnable, cleanup_owed = self._next_step(conversation_id)
+        if step is None or conversation_id in self._woken:
+            step = self._next_step(conversation_id)
+        self._woken.discard(conversation_id)
+        runnable, cleanup_owed = step
         waiter = self._waiters.pop(conversation_id, None)
         if waiter is not None:  # the engine's job: one turn, then the engine decides
             del self._live[conversation_id]

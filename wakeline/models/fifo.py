@@ -333,9 +333,10 @@ class Fifo:
     # --- endings ---------------------------------------------------------------------------
 
     def finalise(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
-                 output: str = "", effects: Iterable[EffectSpec] = ()) -> bool:
+                 output: str = "", effects: Iterable[EffectSpec] = (),
+                 within: Callable[[], None] | None = None) -> bool:
         """Complete the turn's deliveries, record the result, prepare its replies and remove the
-        turn: one transaction.
+        turn: one transaction, which `within` joins last (raising in it rolls it all back).
 
         Returns False when the turn no longer exists (reset, retired or abandoned meanwhile).
         """
@@ -343,6 +344,8 @@ class Fifo:
             if not self._end(turn_id, result, now, exit_code=exit_code, output=output):
                 return False
             self._outbox.prepare(effects, now)
+            if within is not None:
+                within()
             return True
 
     def _end(self, turn_id: str, result: TurnResultKind, now: int, *, exit_code: int | None = None,
