@@ -152,7 +152,12 @@ class _Helper:
         finally:
             for fd in fds:
                 os.close(fd)
-        _send(conn, {"pid": pid})
+        try:
+            _send(conn, {"pid": pid})
+        except OSError:
+            for fd in pipes:  # nobody is left to read them (the agents end with the control)
+                os.close(fd)
+            raise
         output = _capture(pid, pipes[0], pipes[1], int(capture[0]), int(capture[1])) \
             if capture else {}
         _, status = os.waitpid(pid, 0)
