@@ -27,7 +27,7 @@ import pykka
 
 from wakeline.clock import Clock, to_ms
 from wakeline.config import Config, RouteConfig
-from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec
+from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec, gather_seconds
 from wakeline.agents.commands import agent_argv
 from wakeline.agents.progress import TurnProgress
 from wakeline.agents.streams import PlanUpdate, reader_for
@@ -540,6 +540,7 @@ class ConversationActor(pykka.ThreadingActor):
             prepare=guard.prepare if guard else (lambda: env.prepare_workspace(turn)),
             reader=reader_for(output) if output != "text" else None,
             on_progress=progress.offer,
+            gather_seconds=gather_seconds(env.config.agent.progress_interval_seconds),
             after_exit=guard.restore if guard else None,
         )
         me = self._me

@@ -26,7 +26,6 @@ import os
 import selectors
 import signal
 import threading
-import time
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,8 +42,13 @@ log = logging.getLogger(__name__)
 STDOUT_MAX_BYTES = 1_048_576
 # A stream line longer than this is dropped unread (a reader skips such lines anyway).
 STREAM_LINE_MAX_BYTES = 4_000_000
-# After a read of a stream, wait this long for more lines before the next one.
-STREAM_GATHER_SECONDS = 0.02
+# After a read of a stream, wait at most this long for more lines before the next one (or
+# until the child exits): each wake of the runner thread costs about a quarter of a
+# millisecond on the service's one CPU, and progress goes out at most once per interval.
+STREAM_GATHER_SECONDS = 0.1
+# A stream's pipe holds this much while the runner gathers, so an agent printing a large tool
+# result does not stall on a full pipe (Linux; elsewhere the pipe keeps its default size).
+STREAM_PIPE_BYTES = 1_048_576
 STDERR_TAIL_BYTES = 16_384
 _CHUNK = 65_536
 
@@ -68,6 +72,8 @@ class TurnSpec:
     # the end. None: plain `text` output, kept whole.
     reader: StreamReader | None = None
     on_progress: Callable[[list[ProgressEvent]], None] | None = None
+    # How long a read of the stream waits for more lines to gather (`gather_seconds`).
+    gather_seconds: float = STREAM_GATHER_SECONDS
     # Runs on the runner thread once the child has exited, before its outcome is reported
     # (a planning turn's workspace is put back as it was).
     after_exit: Callable[[], None] | None = None
@@ -162,6 +168,22 @@ class _Lines:
                 self._on_progress(events)
             except Exception:  # progress is a courtesy: it never ends a turn
                 log.exception("progress listener failed")
+
+
+def gather_seconds(progress_interval_seconds: float) -> float:
+    """How long a stream's lines may gather: a tenth of the progress interval at most, so
+    that with no interval every step can show."""
+    return min(STREAM_GATHER_SECONDS, progress_interval_seconds / 10)
+
+
+def _widen(fd: int) -> None:
+    """Give a pipe `STREAM_PIPE_BYTES` of room where the platform allows; else leave it."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, STREAM_PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass  # not Linux, or over the user's pipe quota: the default size still works
 
 
 @contextmanager
@@ -295,6 +317,7 @@ class TurnProcess:
         """A stream agent: its lines are read here as they come, for progress."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        _widen(out_w)
         try:
             child, not_started = self._start_child(spec, cwd, out_w, err_w)
         finally:
@@ -307,7 +330,7 @@ class TurnProcess:
         out = _Lines(reader, spec.on_progress)
         err = _Tail(STDERR_TAIL_BYTES)
         try:
-            self._pump(child.exit_fileno(), {out_r: out, err_r: err})
+            self._pump(child.exit_fileno(), {out_r: out, err_r: err}, spec.gather_seconds)
         finally:
             os.close(out_r)
             os.close(err_r)
@@ -334,11 +357,12 @@ class TurnProcess:
                 log.exception("after the turn's exit", extra={"turn_id": self.spec.turn_id})
 
     @staticmethod
-    def _pump(exit_fd: int, captures: dict[int, _Tail | _Lines]) -> None:
+    def _pump(exit_fd: int, captures: dict[int, _Tail | _Lines], gather_seconds: float) -> None:
         """Read the child's pipes until both close, or until it has exited and they are dry:
         a grandchild may keep them open after the agent exits."""
-        with selectors.DefaultSelector() as sel:
+        with selectors.DefaultSelector() as sel, selectors.DefaultSelector() as gate:
             sel.register(exit_fd, selectors.EVENT_READ)
+            gate.register(exit_fd, selectors.EVENT_READ)
             for fd, capture in captures.items():
                 sel.register(fd, selectors.EVENT_READ, capture)
             exited = False
@@ -346,19 +370,20 @@ class TurnProcess:
                 events = sel.select(timeout=0 if exited else None)
                 if not events:
                     break  # exited, and nothing more is waiting in the pipes
-                streamed = False
+                gather = False
                 for key, _ in events:
                     if key.data is None:
                         exited = True
                         sel.unregister(exit_fd)  # its message is the caller's to read
                         continue
                     chunk = os.read(key.fd, _CHUNK)
-                    if chunk:
-                        key.data.add(chunk)
-                        streamed = streamed or isinstance(key.data, _Lines)
-                    else:
+                    if not chunk:
                         sel.unregister(key.fd)
-                if streamed and not exited:
+                        continue
+                    key.data.add(chunk)
+                    if isinstance(key.data, _Lines):
+                        gather = len(chunk) < _CHUNK  # a full read: more is waiting now
+                if gather and gather_seconds > 0 and not exited:
                     # A chatty stream: let its lines gather a moment, so a read (and its
-                    # wake-up of this thread) carries many; progress is throttled anyway.
-                    time.sleep(STREAM_GATHER_SECONDS)
+                    # wake-up of this thread) carries many; the child's exit ends the wait.
+                    gate.select(timeout=gather_seconds)

@@ -107,3 +107,53 @@ def test_a_text_agent_keeps_the_head_of_a_flood_and_the_tail_of_its_stderr(
     outcome = run(spec(tmp_path, ("sh", "-c", flood)), forkserver)
     assert outcome.exit_code == 1 and outcome.stdout == "\0" * STDOUT_MAX_BYTES
     assert outcome.stdout_truncated and outcome.stderr_tail == "oops\n"
+
+
+BURST = """
+import json, os, sys, time
+sys.stdin.read()
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-1"}), flush=True)
+deadline = time.monotonic() + 20  # until the runner has handed that line on (and gathers)
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+call = {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t",
+        "name": "Bash", "input": {"command": "x" * 150}}]}}
+sys.stdout.write((json.dumps(call) + "\\n") * int(sys.argv[2]))  # written before it exits
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "ok"}))
+"""
+
+
+@pytest.mark.parametrize("calls", [0, 3_000], ids=["quiet", "a 700 KB burst"])
+def test_a_gathering_runner_never_holds_up_the_agent_or_its_answer(
+        tmp_path: Path, forkserver: ForkServer, calls: int) -> None:
+    """The runner waits between reads of a stream so that lines gather; with that wait made
+    far longer than the test's deadline, the agent's exit must still end it at once, and a
+    burst larger than a default pipe must not block the agent's writes meanwhile."""
+    from dataclasses import replace
+
+    from wakeline.agents.streams import ToolStarted, reader_for
+
+    if calls and not hasattr(__import__("fcntl"), "F_SETPIPE_SZ"):
+        pytest.skip("the pipe cannot be widened on this platform")
+    marker = tmp_path / "handed-on"
+    started: list[object] = []
+
+    def on_progress(events: list[object]) -> None:
+        started.extend(e for e in events if isinstance(e, ToolStarted))
+        marker.touch()
+
+    script = tmp_path / "burst.py"
+    script.write_text(BURST)
+    turn = replace(spec(tmp_path, (sys.executable, str(script), str(marker), str(calls))),
+                   reader=reader_for("claude"), on_progress=on_progress, gather_seconds=600.0)
+    outcome = run(turn, forkserver)
+    assert outcome.exit_code == 0 and outcome.stdout == "ok"
+    assert len(started) == calls
+
+
+def test_lines_gather_for_a_tenth_of_the_progress_interval_at_most() -> None:
+    from wakeline.actors.runner import STREAM_GATHER_SECONDS, gather_seconds
+
+    assert gather_seconds(0) == 0  # no interval: every step may show on its own
+    assert gather_seconds(0.5) == pytest.approx(0.05)
+    assert gather_seconds(3) == gather_seconds(3600) == STREAM_GATHER_SECONDS
