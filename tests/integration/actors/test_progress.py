@@ -185,6 +185,18 @@ def test_a_stream_question_is_an_elicitation(harness: Callable[..., Any]) -> Non
     assert sent[-1]["body"].endswith("Which one should I take?")
 
 
+def test_an_agent_that_ends_in_an_error_answers_with_it_once(harness: Callable[..., Any]) -> None:
+    h = start(harness, "fail")  # an error result, then exit 1
+    h.deliver(session_event(session_id="s-1"))
+    sent = answered(h.linear)
+    assert sent[-1]["kind"] == "error" and "the model is down" in sent[-1]["body"]
+    assert [w["kind"] for w in sent].count("error") == 1
+    assert not [w for w in sent if w["kind"] == "response"]
+    wait_until(lambda: h.service.store.outbox.unsettled() == 0, message="settled once")
+    turns = h.only_conversation()["turns"]  # an error is an answer: the turn is not retried
+    assert [(t["result"], t["exitCode"], t["attempts"]) for t in turns] == [("error", 1, 1)]
+
+
 def test_garbage_on_stdout_is_skipped_and_counted_never_fatal(harness: Callable[..., Any]) -> None:
     h = start(harness, "garbage")
     h.deliver(session_event(session_id="s-1"))
@@ -215,6 +227,23 @@ def test_an_issue_route_journals_progress_and_writes_none(harness: Callable[...,
     assert not [w for w in writes(h.linear) if w["kind"] != "thought"]
     wait_until(lambda: {"thought", "plan"} <= {e["stage"] for e in h.api(
         "GET", "/v1/journal").json()["entries"]}, message="journaled")
+
+
+def test_a_progress_write_linear_rate_limits_is_dropped_and_the_answer_waits_for_the_reset(
+        harness: Callable[..., Any]) -> None:
+    fake = FakeLinear(script=["ok", "ratelimited"], ratelimit_reset_seconds=2.0)
+    h = start(harness, "slow", "5", linear=fake)
+    h.deliver(session_event(session_id="s-1"))
+    sent = answered(fake, timeout=20)
+    limited = fake.requests[1]  # the first progress write after the acknowledgement
+    assert "agentActivityCreate" in limited.query or "agentSessionUpdate" in limited.query
+    assert [r.body for r in fake.requests].count(limited.body) == 1  # never sent again
+    assert [w["kind"] for w in sent].count("response") == 1 and sent[-1]["body"] == "done slowly"
+    # Until the reset, what the agent showed is shed, and the answer waits for it.
+    assert fake.requests[-1].at - limited.at >= 1.5
+    metrics = h.api("GET", "/metrics").text
+    assert float(re.search(r"^wakeline_progress_skipped_total (\S+)$", metrics, re.M)[1]) >= 1
+    wait_until(lambda: h.service.store.outbox.unsettled() == 0, message="settled once")
 
 
 def test_an_answer_that_waits_for_the_rate_limit_survives_a_restart(
