@@ -195,17 +195,38 @@ def test_client_credentials_are_fetched_when_missing_and_again_before_expiry(
     assert fake.oauth.grants == ["client_credentials"]
     frozen.tick(int(30 * DAY * 0.91))
     assert credential.header() != first and fake.oauth.grants == ["client_credentials"] * 2
-    # A token file edited into garbage is replaced by a new fetch.
+    # A token file edited into garbage gets the token in use back, with no new fetch.
     (tmp_path / "secrets" / "linear-oauth.json").write_text("garbage")
-    assert fake.oauth.valid(credential.header())
+    assert fake.oauth.valid(credential.header()) and len(fake.oauth.grants) == 2
 
 
-def test_a_garbage_file_is_reported_never_trusted(fake: FakeLinear, tmp_path: Path) -> None:
+def test_a_garbage_file_under_a_working_pair_gets_the_pair_back(
+        fake: FakeLinear, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     credential = installed(fake, tmp_path)
-    (tmp_path / "secrets" / "linear-oauth.json").write_text('{"access_token": 5}')
+    held = credential.header()
+    path = tmp_path / "secrets" / "linear-oauth.json"
+    path.write_text('{"access_token": 5}')
+    assert credential.usable() and credential.header() == held
+    assert credential.state().condition == "ok"
+    stored = TokenFile(path).read()  # the rotating refresh token is on disk again
+    assert stored is not None and f"Bearer {stored.access_token}" == held
+    assert stored.refresh_token == credential.tokens.refresh_token  # type: ignore[union-attr]
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert "rewrote it with the tokens in use" in caplog.text
+    assert stored.access_token not in caplog.text
+
+
+def test_a_garbage_file_at_start_is_reported_never_trusted(fake: FakeLinear, tmp_path: Path) -> None:
+    installed(fake, tmp_path)
+    path = tmp_path / "secrets" / "linear-oauth.json"
+    path.write_text('{"access_token": 5}')
+    assert fake.oauth is not None
+    credential = AppCredential("authorization_code", fake.oauth.client_id, TokenFile(path),
+                               endpoint(fake), SystemClock())  # a restart: nothing in memory
     assert not credential.usable()
     state = credential.state()
     assert state.condition == "invalid_file" and state.fix == "run `wakeline linear install`"
+    assert path.read_text() == '{"access_token": 5}'  # reported, left for the person to see
 
 
 RENEWER = textwrap.dedent("""

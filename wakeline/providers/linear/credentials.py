@@ -304,6 +304,9 @@ class AppCredential(_Listeners):
         try:
             tokens = self._file.read()
         except TokenFileInvalid as exc:
+            if self._tokens is not None:
+                self._repair(exc)  # the pair in use is the install: the file gets it back
+                return
             self._tokens = None
             if self.grant == "client_credentials":
                 log.warning("token file unusable; a new token will be fetched",
@@ -318,6 +321,25 @@ class AppCredential(_Listeners):
                                             INSTALL_FIX))
             return
         self._adopt(tokens)
+
+    def _repair(self, problem: TokenFileInvalid) -> None:
+        """The file turned to garbage under a working pair: write that pair back. Were the
+        pair dropped, its rotating refresh token would go with it, and only a new install
+        could bring the app back."""
+        try:
+            with self._file.locked():
+                try:
+                    self._file.read()
+                except TokenFileInvalid:
+                    assert self._tokens is not None
+                    self._file.write(self._tokens)
+                    log.warning("the token file was not valid; rewrote it with the tokens in use",
+                                extra={"error": str(problem)})
+                self._stamp = None  # rewritten, or replaced meanwhile: the next look reads it
+        except OSError as exc:
+            # Not written: the pair still works from memory, as a renewal that cannot be saved.
+            log.warning("the token file is not valid and could not be rewritten",
+                        extra={"error": str(problem), "reason": exc.__class__.__name__})
 
     def _adopt(self, tokens: StoredTokens) -> None:
         self._tokens = tokens
