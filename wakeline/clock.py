@@ -47,4 +47,6 @@ def from_ms(ms: int) -> datetime:
 
 def iso(ms: int) -> str:
     """An instant in the API's ISO-8601 form, millisecond precision, `Z` suffix."""
-    return from_ms(ms).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    # time.gmtime, not a datetime: the same text at a third of the cost (the journal
+    # stamps every entry with it).
+    return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(ms // 1000)) + f"{ms % 1000:03d}Z"
