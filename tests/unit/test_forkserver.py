@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -173,3 +174,22 @@ def test_without_a_pidfd_the_capture_sees_the_exit_from_a_waiting_thread(
             os.killpg(proc.pid, signal.SIGKILL)  # the sleep it left
         except ProcessLookupError:
             pass
+
+
+def test_a_captured_spawn_whose_pid_cannot_be_answered_leaves_no_pipe_open(tmp_path: Path) -> None:
+    # The helper's own code, in this process: its descriptors are the ones counted here.
+    helper = forkserver_module._Helper()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    theirs.close()  # the runner is gone before the pid can reach it
+    before = set(os.listdir("/proc/self/fd"))
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    request = {"argv": ["sleep", "30"], "cwd": str(tmp_path), "env": ENV, "capture": [64, 64]}
+    try:
+        with pytest.raises(OSError):
+            helper._spawn(ours, request, [stdin])
+        assert set(os.listdir("/proc/self/fd")) == before  # stdin and both pipes closed
+    finally:
+        ours.close()
+        for pid in list(helper._running):
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
