@@ -83,6 +83,8 @@ TARGET_P99_MS = 50.0
 TARGET_BARE_RATIO = 0.75
 TARGET_BARE_P99_MS = 12.0
 ORG = "org-bench"
+# `--baseline-db` values that put bench/split_server.py in B's place, with its flags.
+SPLIT_MODES = {"split": [], "split-echo": ["--echo"], "split-nofsync": ["--no-fsync"]}
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 
@@ -616,6 +618,10 @@ def start_baseline(workdir: Path, secret: str, db_layer: str) -> Server:
     argv = [sys.executable, str(BENCH_DIR / "baseline_server.py"), "--db", str(db),
             "--host", HOST, "--port", "0", "--threads", str(SERVER_THREADS),
             "--db-layer", db_layer]
+    if db_layer in SPLIT_MODES:
+        argv = [sys.executable, str(BENCH_DIR / "split_server.py"), "--db", str(db),
+                "--host", HOST, "--port", "0", "--threads", str(SERVER_THREADS),
+                *SPLIT_MODES[db_layer]]
     return Server("B", "baseline", argv, {**os.environ, SECRET_ENV: secret}, home,
                   "listening on ", db)
 
@@ -949,8 +955,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-wait", type=float, default=30.0,
                    help="before each run, wait up to this many seconds for other processes "
                    "to use under 0.15 CPUs (default 30; 0 disables)")
-    p.add_argument("--baseline-db", choices=("sqlite3", "peewee"), default="sqlite3",
-                   help="how the baseline commits: the sqlite3 module (default) or peewee")
+    p.add_argument("--baseline-db", choices=("sqlite3", "peewee", *SPLIT_MODES),
+                   default="sqlite3",
+                   help="how the baseline commits: the sqlite3 module (default) or peewee; "
+                   "split*: B is bench/split_server.py instead (the bare listener handing "
+                   "each delivery to a second process that verifies and group-commits it; "
+                   "split-echo answers at once, split-nofsync does not fsync)")
     p.add_argument("--src", metavar="DIR", type=Path,
                    help="run A from the wakeline package in DIR (DIR/wakeline), e.g. a patched "
                    "copy, instead of the working tree")
@@ -993,8 +1003,8 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    names = {"A": "wakeline", "B": "baseline" if args.baseline_db == "sqlite3" else "baseline-pw",
-             "C": "bare"}
+    names = {"A": "wakeline", "B": {"sqlite3": "baseline", "peewee": "baseline-pw"}.get(
+        args.baseline_db, args.baseline_db), "C": "bare"}
     try:
         print(f"machine: {machine()}", flush=True)
         busy = loadavg()
@@ -1055,7 +1065,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(describe(run, names[label], title), flush=True)
                 if label == "A":
                     check_db("A")
-        check_db("B")
+        if args.baseline_db != "split-echo":  # it stores nothing, by design
+            check_db("B")
         print(f"{'':<15}wakeline wrote: {describe_wakeline_db(a.db_path)}", flush=True)
         agg = {label: aggregate([r for _, r in measured if r.label == label])
                for label in ("A", "B", "C")}
