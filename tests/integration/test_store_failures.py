@@ -105,9 +105,10 @@ def test_read_only_database_gives_503_and_writes_nothing(config: Config, secrets
     body = issue_event()  # would write a conversation, a FIFO entry, a receipt and an inbox message
     before = counts(store)
     with running(config, secrets) as svc:
-        # peewee opens one connection per thread, lazily: the admission writer's connection
-        # does not exist yet, and a permanent pragma applies to every connection opened after.
-        svc.store.db.pragma("query_only", 1, permanent=True)
+        # Every write transaction runs on the store's one writer connection: set there
+        # (inside a transaction, so on that connection), the pragma refuses every write.
+        with svc.store.db.atomic():
+            svc.store.db.pragma("query_only", 1)
         for _ in range(3):
             resp = post(svc.ingress.url, body, "d-readonly")
             assert resp.status_code == 503

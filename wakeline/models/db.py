@@ -3,7 +3,8 @@
 SQLite: WAL with `synchronous=FULL` makes every commit durable before it returns;
 write transactions begin IMMEDIATE so a writer takes the lock up front instead
 of failing to upgrade a read lock halfway through. Inside one process the
-writers queue on a lock (`WriterQueueDatabase`), not on SQLite's busy handler.
+writers queue on a lock (`WriterQueueDatabase`), not on SQLite's busy handler, and
+take turns on one writer connection.
 
 PostgreSQL: the same schema and queries (`dialect.py` holds what differs), a pooled
 connection per thread, READ COMMITTED transactions. Inside one process writers
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from peewee import Database
+from peewee import Database, SqliteDatabase
 from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from wakeline.errors import WakelineError
@@ -82,7 +83,11 @@ class _WriterQueue:
     def _release_writer(self) -> None:
         if getattr(self._holder, "held", False):
             self._holder.held = False
+            self._done_writing()
             self._writer.release()
+
+    def _done_writing(self) -> None:
+        """Called with the writer lock still held, once the transaction has ended."""
 
 
 class WriterQueueDatabase(_WriterQueue, PooledSqliteDatabase):
@@ -97,9 +102,71 @@ class WriterQueueDatabase(_WriterQueue, PooledSqliteDatabase):
     ... up to 100 ms a try) however soon the lock is free: under load a 1 ms claim
     waited up to a second (bench/turns.py). Other processes (the CLI) still meet
     the busy handler; after `busy_timeout` a thread stops waiting here and does too.
+
+    Every write transaction of the process runs on one writer connection, whichever
+    thread holds the lock (reads outside a transaction and `snapshot()` stay on the
+    thread's own). SQLite drops a connection's whole page cache when it finds that
+    another connection has committed, so with a connection per writer each transaction
+    read its pages again from the file: about 60 `pread`s a turn. The writer connection
+    is the only one that writes, so its cache stays valid (decision 0028). A thread that
+    relaxed its durability (decision 0017) has the writer's `synchronous` set for it.
     """
 
     dialect = SQLITE
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shared: Any = None  # the writer connection, opened by the first write
+        self._shared_sync = ""  # its `synchronous` setting, changed only when a writer needs
+
+    def relax_durability(self, relaxed: bool) -> None:
+        """This thread's write transactions commit with `synchronous = NORMAL` (or FULL)."""
+        self._holder.relaxed = relaxed
+
+    def _begin(self, lock_type: str | None) -> None:
+        # Holding the writer lock: this thread's transaction runs on the writer connection.
+        if not getattr(self._holder, "held", False):  # waited past busy_timeout: SQLite's lock
+            super()._begin(lock_type)
+            return
+        state = self._state
+        if self._shared is None:
+            self._shared = SqliteDatabase._connect(self)  # outside the pool: it is never handed back
+        self._holder.own = (state.conn, state.closed)
+        state.conn, state.closed = self._shared, False
+        sync = "NORMAL" if getattr(self._holder, "relaxed", False) else "FULL"
+        if sync != self._shared_sync:
+            self._shared.execute(f"PRAGMA synchronous = {sync}")
+            self._shared_sync = sync
+        super()._begin(lock_type)
+
+    def commit(self) -> None:
+        """COMMIT; a COMMIT that fails leaves the transaction for the rollback that follows."""
+        try:
+            PooledSqliteDatabase.commit(self)
+        except BaseException:
+            if not self._state.conn.in_transaction:
+                self._release_writer()
+            raise
+        self._release_writer()
+
+    def _done_writing(self) -> None:
+        state = self._state
+        if state.conn is self._shared:
+            if self._shared.in_transaction:  # never hand the next writer an open transaction
+                self._shared.execute("ROLLBACK")
+            state.conn, state.closed = self._holder.own
+
+    def close_all(self) -> None:
+        """Close every pooled connection, and the writer connection unless a writer still
+        holds it past `busy_timeout` (then the process's exit closes it)."""
+        super().close_all()
+        if self._writer.acquire(timeout=self._writer_wait):
+            try:
+                if self._shared is not None:
+                    self._shared.close()
+                    self._shared, self._shared_sync = None, ""
+            finally:
+                self._writer.release()
 
     def raw(self) -> Any:
         """What the hot paths run fixed SQL on: the connection itself, with no layer between."""

@@ -96,11 +96,11 @@ class Dialect:
         """Repairs a migration owes the backend (none here)."""
 
     def relax_durability(self, db: Database) -> None:
-        """This connection's commits skip their own fsync (decision 0017)."""
-        db.execute_sql("PRAGMA synchronous = NORMAL")
+        """This thread's commits skip their own fsync (decision 0017)."""
+        db.relax_durability(True)  # type: ignore[attr-defined]
 
     def restore_durability(self, db: Database) -> None:
-        db.execute_sql("PRAGMA synchronous = FULL")
+        db.relax_durability(False)  # type: ignore[attr-defined]
 
     def quick_check(self, db: Database) -> str:
         """The word "ok", or what the backend's own check found."""
