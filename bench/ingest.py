@@ -31,7 +31,8 @@ table for docs/performance.md.
 Other options: `--ref REV` / `--src DIR` run A from a commit or a patched copy
 instead of the working tree; `--profile OUT` runs A under cProfile (CPU time,
 every thread) and prints where its CPU went; `--baseline-db peewee` commits the
-baseline through peewee; `--client httpclient` uses one http.client thread per
+baseline through peewee, and `--baseline-db split` (`split-echo`, `split-nofsync`,
+`one-process`) puts bench/split_server.py in B's place; `--client httpclient` uses one http.client thread per
 connection instead of the selector loop; `--idle-wait` bounds the wait for a
 quiet machine before each run.
 
@@ -84,7 +85,8 @@ TARGET_BARE_RATIO = 0.75
 TARGET_BARE_P99_MS = 12.0
 ORG = "org-bench"
 # `--baseline-db` values that put bench/split_server.py in B's place, with its flags.
-SPLIT_MODES = {"split": [], "split-echo": ["--echo"], "split-nofsync": ["--no-fsync"]}
+SPLIT_MODES = {"split": [], "split-echo": ["--echo"], "split-nofsync": ["--no-fsync"],
+               "one-process": ["--one-process"]}
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 
@@ -960,7 +962,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="how the baseline commits: the sqlite3 module (default) or peewee; "
                    "split*: B is bench/split_server.py instead (the bare listener handing "
                    "each delivery to a second process that verifies and group-commits it; "
-                   "split-echo answers at once, split-nofsync does not fsync)")
+                   "split-echo answers at once, split-nofsync does not fsync; one-process: "
+                   "the same work in one process, committed by wakeline's admission writer)")
     p.add_argument("--src", metavar="DIR", type=Path,
                    help="run A from the wakeline package in DIR (DIR/wakeline), e.g. a patched "
                    "copy, instead of the working tree")

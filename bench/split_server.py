@@ -1,4 +1,4 @@
-"""The ingest split across two processes: what the one design left untried could reach.
+"""The least a durable ingest can do, split across two processes or in one: A's ceilings.
 
 The bare handler (bench/bare_server.py: wakeline's waitress listener, its falcon settings,
 its CPU placement) reads each body and hands it, with the signature and delivery id, to a
@@ -9,12 +9,18 @@ inserts the group with one `executemany` and commits it (WAL, `synchronous = FUL
 answers. That is a small part of wakeline's admission (no validation, no routing, no
 receipts, no inbox or conversation rows): a ceiling for a split, not a rival to A.
 
-Two modes take parts out, to show which part costs what:
+Other modes, to show which part costs what:
 
-  --echo       the second process answers at once: the hand-off alone
-  --no-fsync   `synchronous = OFF`: the same work, not durable
+  --echo          the second process answers at once: the hand-off alone
+  --no-fsync      `synchronous = OFF`: the same work, not durable
+  --one-process   no second process: the request thread verifies and parses, and
+                  wakeline's own admission writer thread (`wakeline/admission.py`)
+                  group-commits the rows. The least a durable ingest can do in one
+                  process, so the most A could reach: A also validates, routes and
+                  writes receipts and inbox rows.
 
-Run by bench/ingest.py (`--baseline-db split`, `split-echo`, `split-nofsync`) in B's place:
+Run by bench/ingest.py (`--baseline-db split`, `split-echo`, `split-nofsync`, `one-process`)
+in B's place:
 
     python bench/split_server.py --db FILE [--host 127.0.0.1] [--port 0] [--threads 32]
 
@@ -39,10 +45,15 @@ import sys
 import threading
 import time
 
+from typing import Callable
+
 import falcon
 
+from wakeline.admission import AdmissionWriter
 from wakeline.cpus import pin_to_one_cpu
 from wakeline.http.server import Listener
+from wakeline.models.states import Outcome
+from wakeline.models.store import AdmissionResult
 
 SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
 SCHEMA = """CREATE TABLE IF NOT EXISTS deliveries (
@@ -57,16 +68,40 @@ HEAD = struct.Struct("!I")
 ACCEPTED, REFUSED = b"2", b"4"
 
 
+def verified_row(secret: bytes, sig: bytes, delivery: bytes, body: bytes,
+                 now: int) -> tuple[str, int, str] | None:
+    """The row to store, or None when the signature does not match."""
+    expected = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+    if not hmac.compare_digest(expected, sig):
+        return None
+    json.loads(body)
+    return delivery.decode(), now, body.decode()
+
+
+def open_db(db: str, *, fsync: bool) -> sqlite3.Connection:
+    """The deliveries table's connection: WAL, `synchronous` FULL (or OFF)."""
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'OFF'}")
+    conn.execute(SCHEMA)
+    return conn
+
+
+def commit_rows(conn: sqlite3.Connection, rows: list[tuple[str, int, str]]) -> None:
+    """One group: one `executemany`, one commit."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany("INSERT OR IGNORE INTO deliveries (delivery_id, received_at, body)"
+                     " VALUES (?, ?, ?)", rows)
+    conn.execute("COMMIT")
+
+
 class Committer:
     """The second process: verify, parse and group-commit whatever is ready, then answer."""
 
     def __init__(self, path: str, db: str, secret: bytes, *, echo: bool, fsync: bool) -> None:
         self._secret = secret
         self._echo = echo
-        self._conn = sqlite3.connect(db, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'OFF'}")
-        self._conn.execute(SCHEMA)
+        self._conn = open_db(db, fsync=fsync)
         self._server = socket.socket(socket.AF_UNIX)
         self._server.bind(path)
         self._server.listen(256)
@@ -119,19 +154,13 @@ class Committer:
             if self._echo:
                 answers.append((sock, ACCEPTED))
                 continue
-            sig, delivery, body = frame[:SIG], frame[SIG:SIG + DELIVERY], frame[SIG + DELIVERY:]
-            expected = hmac.new(self._secret, body, hashlib.sha256).hexdigest().encode()
-            if not hmac.compare_digest(expected, sig):
-                answers.append((sock, REFUSED))
-                continue
-            json.loads(body)
-            rows.append((delivery.decode(), now, body.decode()))
-            answers.append((sock, ACCEPTED))
+            row = verified_row(self._secret, frame[:SIG], frame[SIG:SIG + DELIVERY],
+                               frame[SIG + DELIVERY:], now)
+            if row is not None:
+                rows.append(row)
+            answers.append((sock, REFUSED if row is None else ACCEPTED))
         if rows:
-            self._conn.execute("BEGIN IMMEDIATE")
-            self._conn.executemany("INSERT OR IGNORE INTO deliveries (delivery_id, received_at, "
-                                   "body) VALUES (?, ?, ?)", rows)
-            self._conn.execute("COMMIT")
+            commit_rows(self._conn, rows)
         for sock, answer in answers:
             sock.sendall(answer)
 
@@ -166,6 +195,42 @@ class Forward:
             resp.media = {"error": "signature_invalid"}
 
 
+class RowStore:
+    """`--one-process`: what wakeline's own admission writer commits, a group of rows at a time."""
+
+    def __init__(self, db: str, *, fsync: bool) -> None:
+        self._conn = open_db(db, fsync=fsync)
+
+    def admit(self, rows: list[tuple[str, int, str]]) -> list[AdmissionResult]:
+        """Commit the group; every row accepted."""
+        commit_rows(self._conn, rows)
+        return [AdmissionResult(Outcome.ACCEPTED)] * len(rows)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+
+class Direct:
+    """`--one-process` POST /webhooks/linear: verify, parse and hand the row to the writer."""
+
+    def __init__(self, writer: AdmissionWriter, secret: bytes) -> None:
+        self._writer = writer
+        self._secret = secret
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = req.bounded_stream.read()
+        row = verified_row(self._secret, (req.get_header("Linear-Signature") or "").encode(),
+                           (req.get_header("Linear-Delivery") or "").encode(), body,
+                           int(time.time() * 1000))
+        if row is None:
+            resp.status = falcon.HTTP_401
+            resp.media = {"error": "signature_invalid"}
+            return
+        self._writer.submit(row, 10.0)  # type: ignore[arg-type]
+        resp.media = {"outcome": "accepted"}
+
+
 class Healthy:
     """GET /healthz, as bench/ingest.py waits for it."""
 
@@ -182,6 +247,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=32)
     ap.add_argument("--echo", action="store_true", help="answer at once: the hand-off alone")
     ap.add_argument("--no-fsync", action="store_true", help="synchronous = OFF")
+    ap.add_argument("--one-process", action="store_true",
+                    help="no second process: wakeline's admission writer thread commits")
     ap.add_argument("--committer", metavar="SOCKET", help=argparse.SUPPRESS)
     args = ap.parse_args()
     secret = os.environ[SECRET_ENV].encode()
@@ -189,6 +256,11 @@ def main() -> int:
         Committer(args.committer, args.db, secret, echo=args.echo,
                   fsync=not args.no_fsync).serve()
         return 0
+    if args.one_process:
+        pin_to_one_cpu()
+        writer = AdmissionWriter(RowStore(args.db, fsync=not args.no_fsync))  # type: ignore[arg-type]
+        writer.start()
+        return serve(args, Direct(writer, secret), writer.stop)
     path = args.db + ".sock"
     # Started before this process pins itself, so the committer keeps every CPU.
     committer = subprocess.Popen(
@@ -201,8 +273,19 @@ def main() -> int:
             raise SystemExit("split: the committer did not start")
         time.sleep(0.01)
     pin_to_one_cpu()
+
+    def stop_committer() -> None:
+        assert committer.stdin is not None
+        committer.stdin.close()
+        committer.wait(10)
+
+    return serve(args, Forward(path), stop_committer)
+
+
+def serve(args: argparse.Namespace, webhooks: object, stop: Callable[[], None]) -> int:
+    """C's listener with `webhooks` on its route, until SIGTERM or SIGINT; then `stop()`."""
     app = falcon.App(media_type=falcon.MEDIA_JSON)
-    app.add_route("/webhooks/linear", Forward(path))
+    app.add_route("/webhooks/linear", webhooks)
     app.add_route("/healthz", Healthy())
     listener = Listener(app, host=args.host, port=args.port, threads=args.threads,
                         max_body_bytes=1 << 20, name="split")
@@ -213,8 +296,7 @@ def main() -> int:
         signal.signal(signum, lambda *_: done.set())
     done.wait()
     listener.stop()
-    committer.stdin.close()
-    committer.wait(10)
+    stop()
     return 0
 
 
