@@ -55,13 +55,9 @@ from wakeline.http.server import Listener
 from wakeline.models.states import Outcome
 from wakeline.models.store import AdmissionResult
 
-SECRET_ENV = "WAKELINE_LINEAR_WEBHOOK_SECRET"
-SCHEMA = """CREATE TABLE IF NOT EXISTS deliveries (
-    id INTEGER PRIMARY KEY,
-    delivery_id TEXT NOT NULL UNIQUE,
-    received_at INTEGER NOT NULL,
-    body TEXT NOT NULL
-)"""
+from bare_server import Healthy  # run from bench/, beside it
+from baseline_server import SCHEMA, SECRET_ENV  # the same table as the naive receiver's
+
 # A frame: 4-byte length, then the signature (64 hex), the delivery id (36), the body.
 SIG, DELIVERY = 64, 36
 HEAD = struct.Struct("!I")
@@ -229,13 +225,6 @@ class Direct:
             return
         self._writer.submit(row, 10.0)  # type: ignore[arg-type]
         resp.media = {"outcome": "accepted"}
-
-
-class Healthy:
-    """GET /healthz, as bench/ingest.py waits for it."""
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {"ok": True}
 
 
 def main() -> int:
