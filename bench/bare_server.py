@@ -52,19 +52,25 @@ def main() -> int:
     args = ap.parse_args()
     if not args.any_cpu:
         pin_to_one_cpu()  # one CPU, batch-scheduled, as `wakeline serve` by default (server.single_cpu)
+    serve(Bare(), host=args.host, port=args.port, threads=args.threads, name="bare")
+    return 0
+
+
+def serve(webhooks: object, *, host: str, port: int, threads: int, name: str) -> None:
+    """wakeline's listener with `webhooks` on the webhook route and `/healthz`; prints
+    `NAME: listening on URL` once it listens, and returns after SIGTERM or SIGINT."""
     app = falcon.App(media_type=falcon.MEDIA_JSON)
-    app.add_route("/webhooks/linear", Bare())
+    app.add_route("/webhooks/linear", webhooks)
     app.add_route("/healthz", Healthy())
-    listener = Listener(app, host=args.host, port=args.port, threads=args.threads,
-                        max_body_bytes=1 << 20, name="bare")
+    listener = Listener(app, host=host, port=port, threads=threads, max_body_bytes=1 << 20,
+                        name=name)
     listener.start()
-    print(f"bare: listening on {listener.url}", flush=True)
+    print(f"{name}: listening on {listener.url}", flush=True)
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: done.set())
     done.wait()
     listener.stop()
-    return 0
 
 
 if __name__ == "__main__":

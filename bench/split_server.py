@@ -36,7 +36,6 @@ import hmac
 import json
 import os
 import selectors
-import signal
 import socket
 import sqlite3
 import struct
@@ -51,11 +50,10 @@ import falcon
 
 from wakeline.admission import AdmissionWriter
 from wakeline.cpus import pin_to_one_cpu
-from wakeline.http.server import Listener
 from wakeline.models.states import Outcome
 from wakeline.models.store import AdmissionResult
 
-from bare_server import Healthy  # run from bench/, beside it
+from bare_server import serve  # run from bench/, beside it
 from baseline_server import SCHEMA, SECRET_ENV  # the same table as the naive receiver's
 
 # A frame: 4-byte length, then the signature (64 hex), the delivery id (36), the body.
@@ -227,6 +225,13 @@ class Direct:
         resp.media = {"outcome": "accepted"}
 
 
+def serve_then(args: argparse.Namespace, webhooks: object, stop: Callable[[], None]) -> int:
+    """The bare handler's listener with `webhooks` on its route until a signal, then `stop()`."""
+    serve(webhooks, host=args.host, port=args.port, threads=args.threads, name="split")
+    stop()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -249,7 +254,7 @@ def main() -> int:
         pin_to_one_cpu()
         writer = AdmissionWriter(RowStore(args.db, fsync=not args.no_fsync))  # type: ignore[arg-type]
         writer.start()
-        return serve(args, Direct(writer, secret), writer.stop)
+        return serve_then(args, Direct(writer, secret), writer.stop)
     path = args.db + ".sock"
     # Started before this process pins itself, so the committer keeps every CPU.
     committer = subprocess.Popen(
@@ -268,25 +273,7 @@ def main() -> int:
         committer.stdin.close()
         committer.wait(10)
 
-    return serve(args, Forward(path), stop_committer)
-
-
-def serve(args: argparse.Namespace, webhooks: object, stop: Callable[[], None]) -> int:
-    """C's listener with `webhooks` on its route, until SIGTERM or SIGINT; then `stop()`."""
-    app = falcon.App(media_type=falcon.MEDIA_JSON)
-    app.add_route("/webhooks/linear", webhooks)
-    app.add_route("/healthz", Healthy())
-    listener = Listener(app, host=args.host, port=args.port, threads=args.threads,
-                        max_body_bytes=1 << 20, name="split")
-    listener.start()
-    print(f"split: listening on {listener.url}", flush=True)
-    done = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: done.set())
-    done.wait()
-    listener.stop()
-    stop()
-    return 0
+    return serve_then(args, Forward(path), stop_committer)
 
 
 if __name__ == "__main__":
