@@ -128,9 +128,11 @@ def set_up(registry: WorkflowRegistry, call: Callable[..., dict[str, Any]],
             found.append(_ensure_team(call, team))
         except _Refused as exc:
             refused[team] = str(exc)
-            log.error("planning off for a team", extra={"team": team, "reason": str(exc)})
     off = {route: f"team {team}: {refused[team]}" for route, keys in registry.routes().items()
            for team in keys if team in refused}
+    for route, reason in off.items():
+        # Named per route, as doctor names it: the operator fixes a route, not a team.
+        log.error("planning off for a route", extra={"route": route, "reason": reason})
     registry.ready(found, me, off)
 
 
