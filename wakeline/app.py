@@ -38,6 +38,7 @@ from wakeline.metrics import Metrics
 from wakeline.models.envelopes import ControlMessage
 from wakeline.models.journal_table import JournalTable
 from wakeline.models.outbox import EffectKind
+from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import Outcome
 from wakeline.models.store import Store
 from wakeline.models.views import show_conversation
@@ -48,6 +49,7 @@ from wakeline.providers.linear.credentials import (
 )
 from wakeline.providers.linear.install import Installed, Installer
 from wakeline.providers.linear.oauth import TokenEndpoint
+from wakeline.providers.linear.people import Kind, People
 from wakeline.providers.linear.progress import ProgressBoard
 from wakeline.providers.linear.shared_tokens import SharedTokens
 from wakeline.providers.linear.token_file import TokenFile
@@ -77,6 +79,7 @@ _LIFECYCLE_TEXT = {
     "plan_withdrawn": "The issue went back to Ready for Planning: every approval is withdrawn{}.",
     "approved": "The plan was approved ({}): the execution lease is taken and the agent starts.",
     "approval_refused": "An approval was refused: {}.",
+    "refused": "Not acted on: {}.",
 }
 # Ownership lookups wait at least 5 s after a failure: every fourth tick is soon enough.
 OWNERSHIP_EVERY_TICKS = 4
@@ -246,14 +249,16 @@ def build_service(
     tokens = TokenRegistry(secrets.operator_token.get_secret_value())
     inbox = Inbox(store)
     workflow = WorkflowRegistry({r.name: r.teams for r in config.routes if r.planning})
-    router = Router(config, workflow)
+    # Who is a person (invariant 14): Linear's answers so far; the tracker asks for more.
+    people = People((user_id, Kind(kind)) for user_id, kind in store.people.known())
+    router = Router(config, workflow, people)
     # One journal for every host that shares the database; a file on one host.
     journal_file: JournalStore = JournalTable(store.db, clock, secrets.values(), host=host_id) \
         if engine_shares(config) else JournalFile(config.journal_path, clock, secrets.values())
     journal = Journal.start(journal_file, metrics.journal_failed,
                             group_window=JOURNAL_GROUP_WINDOW_SECONDS).proxy()
     recorder = Recorder(journal, lambda: to_ms(clock.now()), owner_user_ids=config.linear.owner_user_ids,
-                        owner_emails=config.linear.owner_emails)
+                        owner_emails=config.linear.owner_emails, people=people)
     operator_url: list[str] = []
     turn_env = TurnEnv(
         store=store,
@@ -297,8 +302,18 @@ def build_service(
                             owner_of=owner_of,
                             ownership_backoff_seconds=ownership_backoff_seconds,
                             progress=board, progress_skipped=metrics.progress_was_skipped,
-                            workflow=workflow if workflow.routes() else None).proxy()
+                            workflow=workflow if workflow.routes() else None,
+                            people=people).proxy()
     turn_env.kick_tracker = lambda: tracker.kick.defer()
+
+    def person_known(actor_id: str) -> None:
+        # On the tracker's worker that asked: the entries held for this user are decided
+        # again through admission, one transaction each, in FIFO order.
+        for held in store.people.waiting(actor_id):
+            writer.submit(router.recheck_plan(held, to_ms(clock.now())),
+                          config.server.admission_wait_seconds)
+
+    tracker.subscribe_people(person_known)
 
     def progress_to_linear(sessions: list[str], items: list[Any]) -> None:
         # On the runner thread: a lock, and a message only when a session wakes up.
@@ -368,6 +383,8 @@ def build_service(
             tracker.kick.defer()  # lifecycle changes (a closure, a stop) may have prepared answers
         if any(r.lookup_ids for r in results):
             tracker.check_ownership.defer()  # off the ingress path: the tracker asks Linear
+        if any(r.person_ids for r in results):
+            tracker.check_people.defer()  # a person or an app? held until Linear says
         for plan, r in admitted:
             record_admission(plan, r)
         if discord is not None:
@@ -379,6 +396,9 @@ def build_service(
             recorder.inbound(delivery, result.joined, plan.received_ms)
         elif arrived_in_thread(delivery, result):  # a command, or a message of a closed issue
             recorder.inbound(delivery, delivery.envelope.conversation_id, plan.received_ms)
+        elif result.note:  # a planning route's delivery outside its workflow: recorded only
+            recorder.inbound(delivery, result.conversation_id or INBOX_CONVERSATION_ID,
+                             plan.received_ms, stage="recorded", note=result.note)
         key = delivery.envelope.issue.identifier if delivery.envelope and delivery.envelope.issue else None
         for event, detail in result.events:
             recorder.lifecycle(result.conversation_id, event, _LIFECYCLE_TEXT[event].format(detail),
@@ -466,6 +486,7 @@ def build_service(
         ticks[0] += 1
         if ticks[0] % OWNERSHIP_EVERY_TICKS == 0:
             tracker.check_ownership.defer()
+            tracker.check_people.defer()
             tracker.set_up_planning.defer()  # nothing to do once the planning routes are set
         if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
             echo_memory.sweep.defer()

@@ -22,6 +22,7 @@ from wakeline.journal import Note, excerpt
 from wakeline.models.envelopes import (
     ActorInfo, AgentSession, ControlMessage, DataChange, InboundDelivery, MatrixMessage,
 )
+from wakeline.providers.linear.people import Kind, People
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,11 @@ class Recorder:
     """Tells the journal what happened; a no-op without one."""
 
     def __init__(self, journal: Any, now_ms: Callable[[], int], *,
-                 owner_user_ids: Iterable[str] = (), owner_emails: Iterable[str] = ()) -> None:
+                 owner_user_ids: Iterable[str] = (), owner_emails: Iterable[str] = (),
+                 people: People | None = None) -> None:
         self._journal = journal
         self._now = now_ms
+        self._people = people or People()
         self._owner_ids = frozenset(owner_user_ids)
         self._owner_emails = frozenset(e.lower() for e in owner_emails)
         self._questions: dict[str, str] = {}  # conversation id -> the turn that asked
@@ -50,15 +53,19 @@ class Recorder:
             log.warning("journal note not recorded", extra={"kind": note.kind}, exc_info=True)
 
     def _who(self, actor: ActorInfo | None) -> str:
+        # An app user is never the owner, whatever id or address the config lists.
         if actor is not None and (actor.id in self._owner_ids
-                                  or (actor.email or "").lower() in self._owner_emails):
+                                  or (actor.email or "").lower() in self._owner_emails) \
+                and self._people.kind(actor) is not Kind.APP:
             return "owner"
         return "external"
 
     # --- arrivals ----------------------------------------------------------------------------
 
-    def inbound(self, delivery: InboundDelivery, conversation_id: str, received_ms: int) -> None:
-        """A delivery newly admitted that wakes or joins a conversation."""
+    def inbound(self, delivery: InboundDelivery, conversation_id: str, received_ms: int, *,
+                stage: str = "accepted", note: str | None = None) -> None:
+        """A delivery newly admitted that wakes or joins a conversation (or, `stage`
+        "recorded", is only kept: `note` says why)."""
         env = delivery.envelope
         if isinstance(env, AgentSession):
             actor, text, url = env.creator, env.prompt or env.prompt_context, env.issue and env.issue.url
@@ -70,11 +77,12 @@ class Recorder:
         else:
             return
         key = env.issue.identifier if env.issue else None
+        said = excerpt(text or delivery.headline)
         self._tell(Note(
             id=f"inbound:{_source(delivery)}", kind="inbound", at_ms=received_ms,
             sender=self._who(actor), to=conversation_id,
-            text=excerpt(text or delivery.headline), issue_keys=(key,) if key else (),
-            thread=url if url and url.startswith("https://") else None, stage="accepted"))
+            text=f"{said} ({note})" if note else said, issue_keys=(key,) if key else (),
+            thread=url if url and url.startswith("https://") else None, stage=stage))
 
     def matrix_inbound(self, message: MatrixMessage, conversation_id: str, received_ms: int,
                        *, woke: bool) -> None:

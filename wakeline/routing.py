@@ -13,6 +13,8 @@ the admission transaction calls with what it knows of the issue's conversation:
   tracker looks it up before its first turn. Agent sessions are never gated by it.
 - Only Linear's typed workflow state classifies an issue; the terminal outcome is
   `completed` only when the state is exactly the route's `done_state_id`.
+- On a planning route, a delivery whose rule needs a person from an actor Linear has not
+  named yet waits, held in its FIFO; `recheck_plan` decides it again once Linear has.
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ from functools import partial
 
 from wakeline import planning
 from wakeline.config import Config, RouteConfig
-from wakeline.models.envelopes import AgentSession, DataChange, InboundDelivery, IssueInfo
+from wakeline.models.envelopes import (
+    AgentSession, DataChange, InboundDelivery, IssueInfo, Subject, parse_envelope,
+)
+from wakeline.models.people import HeldForPerson
 from wakeline.models.plans import OPEN, AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
 from wakeline.models.states import Ownership, Outcome, TerminalOutcome
 from wakeline.providers.linear import replies
+from wakeline.providers.linear.people import People
 from wakeline.providers.linear.workflow import WorkflowRegistry
 
 # An update touching only these fields moved the issue between projects: no turn.
@@ -35,8 +41,11 @@ ISSUE_EVENTS = ("Issue", "Comment")
 class Router:
     """Routing decisions for one configuration."""
 
-    def __init__(self, config: Config, workflow: WorkflowRegistry | None = None) -> None:
+    def __init__(self, config: Config, workflow: WorkflowRegistry | None = None,
+                 people: People | None = None) -> None:
         self._config = config
+        # Who is a person: without Linear's answers everyone is unknown (and waits for one).
+        self._people = people or People()
         self._routes = {r.name: r for r in config.routes}
         self._echo_window_ms = config.linear.echo_window_seconds * 1000
         # Without issue routes, a data-change event can only ever change a conversation's
@@ -69,6 +78,25 @@ class Router:
         return AdmissionPlan(delivery, received_ms, partial(self.decide, delivery),
                              needs_conversation=needs, echo_window_ms=self._echo_window_ms)
 
+    def recheck_plan(self, held: HeldForPerson, now_ms: int) -> AdmissionPlan:
+        """The plan that decides a held entry again once its actor is known (its gate only:
+        lifecycle, moves and the inbox were recorded when it arrived)."""
+        delivery = InboundDelivery(
+            held.delivery_id, held.body_sha256, held.event_type, held.action, held.webhook_at,
+            parse_envelope(held.envelope), Subject(namespace=held.namespace, key=held.key),  # type: ignore[arg-type]
+            held.headline, None)
+        return AdmissionPlan(delivery, now_ms, partial(self._recheck, delivery),
+                             echo_window_ms=self._echo_window_ms, recheck_of=held.fifo_id)
+
+    def _recheck(self, delivery: InboundDelivery, conv: ConversationFacts | None) -> Decision:
+        env, route = delivery.envelope, self.route(conv.route) if conv else None
+        if route is None or not route.planning:
+            return Decision(Outcome.ACCEPTED, note="its route no longer plans: no turn")
+        verdict = planning.session_event(env, conv, route, self._workflow, self._people) \
+            if isinstance(env, AgentSession) else \
+            planning.issue_change(env, conv, route, self._workflow, self._people)  # type: ignore[arg-type]
+        return _gated(verdict)
+
     def decide(self, delivery: InboundDelivery, conv: ConversationFacts | None) -> Decision:
         """What the delivery becomes, given its issue's conversation (or None)."""
         env = delivery.envelope
@@ -100,11 +128,12 @@ class Router:
         ack = (replies.activity(env.session_id, "thought", replies.ACK),) \
             if env.action == "created" else ()
         if route.planning:
-            verdict = planning.session_event(env, conv, route, self._workflow)
+            verdict = planning.session_event(env, conv, route, self._workflow, self._people)
             return Decision(Outcome.ACCEPTED, create=create, to_fifo=verdict.to_fifo,
                             effects=(ack if verdict.to_fifo else ()) + verdict.effects,
                             session_id=env.session_id, gate=verdict.gate,
-                            reset_reply=replies.RESET_REPLY)
+                            reset_reply=replies.RESET_REPLY, verify_actor=verdict.verify,
+                            note=verdict.note)
         return Decision(
             Outcome.ACCEPTED, create=create, to_fifo=True, effects=ack, session_id=env.session_id,
             unknown_session_reply=replies.ACK_REPLY if env.action == "prompted" else None,
@@ -136,10 +165,11 @@ class Router:
         reason = _ignore_reason(env, route)
         if route is not None and route.planning and ownership != Ownership.NOT_OWNED \
                 and reason is None and env.action != "remove" and not terminal:
-            verdict = planning.issue_change(env, conv, route, self._workflow)
+            verdict = planning.issue_change(env, conv, route, self._workflow, self._people)
             return Decision(Outcome.ACCEPTED, move=move, to_fifo=verdict.to_fifo,
                             lifecycle=lifecycle, retire_reply=replies.RETIRED_REPLY,
-                            gate=verdict.gate, effects=verdict.effects)
+                            gate=verdict.gate, effects=verdict.effects,
+                            verify_actor=verdict.verify, note=verdict.note)
         wakes = (route is not None and route.mode == "issue" and ownership != Ownership.NOT_OWNED
                  and reason is None and env.action != "remove" and not route.planning)
         if wakes and terminal and not isinstance(lifecycle, Terminal):
@@ -169,11 +199,11 @@ class Router:
         if route.planning and lifecycle_state != "terminal":
             if ownership is not Ownership.OWNED:
                 return Decision(Outcome.ACCEPTED)  # no plan for an issue it may not own
-            verdict = planning.issue_change(env, None, route, self._workflow)
+            verdict = planning.issue_change(env, None, route, self._workflow, self._people)
             return Decision(Outcome.ACCEPTED, create=create if verdict.needs_conversation else None,
                             to_fifo=verdict.to_fifo, gate=verdict.gate, effects=verdict.effects,
                             lifecycle=OPEN if lifecycle_state == "open" and verdict.needs_conversation
-                            else None)
+                            else None, verify_actor=verdict.verify, note=verdict.note)
         if lifecycle_state == "terminal":
             # Terminal-first: the conversation starts closed (no turn, no workspace), so a
             # later comment on the closed issue starts no work until Linear reopens it.
@@ -198,6 +228,12 @@ class Router:
         completed = bool(done) and state_id == done
         return Terminal(TerminalOutcome.COMPLETED if completed else TerminalOutcome.CANCELED,
                         state_id, done or None)
+
+
+def _gated(verdict: planning.GateDecision) -> Decision:
+    """A planning verdict on its own, for an entry decided again."""
+    return Decision(Outcome.ACCEPTED, to_fifo=verdict.to_fifo, gate=verdict.gate,
+                    effects=verdict.effects, verify_actor=verdict.verify, note=verdict.note)
 
 
 def _routes_issues(route: RouteConfig) -> bool:

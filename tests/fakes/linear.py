@@ -118,6 +118,9 @@ class FakeLinear:
     # team key -> {"id", "states": [{"id", "name", "type"}]}: what workflow-state queries see
     teams: dict[str, dict[str, Any]] = field(default_factory=dict)
     refuse_state_create: bool = False
+    # User ids `user(id) { app }` calls apps (other OAuth apps); every other user is a person.
+    apps: set[str] = field(default_factory=set)
+    users_failing: bool = False  # `user(id)` answers an internal error while set
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -261,6 +264,12 @@ class FakeLinear:
             if "organization" in query:
                 data["organization"] = {"id": "org-test", "name": "Test workspace"}
             return {"data": data}
+        if "WakelineUser" in query:
+            user_id = str((body.get("variables") or {}).get("id"))
+            if self.users_failing:
+                return {"data": None, "errors": [{"message": "Internal error",
+                                                   "extensions": {"code": "INTERNAL_ERROR"}}]}
+            return {"data": {"user": {"id": user_id, "app": user_id in self.apps}}}
         if "issue(id:" in query:
             issue_id = (body.get("variables") or {}).get("id")
             found = self.issues.get(str(issue_id))
@@ -281,6 +290,11 @@ class FakeLinear:
     def lookups(self) -> list[Recorded]:
         with self._lock:
             return [r for r in self.requests if "WakelineIssueOwner" in r.query]
+
+    def user_lookups(self) -> list[str]:
+        """The user ids asked about (`user(id) { app }`), in order."""
+        with self._lock:
+            return [r.body["variables"]["id"] for r in self.requests if "WakelineUser" in r.query]
 
     def activities(self) -> list[Recorded]:
         with self._lock:

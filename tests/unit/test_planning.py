@@ -15,18 +15,21 @@ from wakeline.models.plans import ConversationFacts
 from wakeline.models.states import Ownership
 from wakeline.planning import plan_steps
 from wakeline.providers.linear.adapter import LinearWebhooks
+from wakeline.providers.linear.people import Kind, People
 from wakeline.providers.linear.workflow import ManagedStates, WorkflowRegistry
 from wakeline.routing import Router
 
 ME = "app-user-1"
+PERSONS = ("user-1", "user-2", "user-9")
 
 
-def router(**route: Any) -> Router:
+def router(people: People | None = None, **route: Any) -> Router:
     config = parse_config({"routes": [{"name": "ops", "teams": ["OPS"], "planning": True,
                                        **route}]}, Path("/tmp"))
     registry = WorkflowRegistry({"ops": ["OPS"]})
     registry.ready([ManagedStates("OPS", READY, AWAITING, APPROVED, DOING)], ME, {})
-    return Router(config, registry)
+    known = People((p, Kind.PERSON) for p in PERSONS) if people is None else people
+    return Router(config, registry, known)
 
 
 def facts(phase: str = "none", rev: int = 0, leased: bool = False) -> ConversationFacts:
@@ -113,3 +116,71 @@ def test_plan_steps_come_from_the_plans_list_items() -> None:
     plan = "Intro\n1. Read it\n2) Fix it\n- [x] Checked\n* Ship\nclosing words"
     assert plan_steps(plan) == (PlanStep("Read it", "pending"), PlanStep("Fix it", "pending"),
                                 PlanStep("Checked", "completed"), PlanStep("Ship", "pending"))
+
+
+# --- a person or an app? -------------------------------------------------------------------------
+
+
+def app_move(to: str, frm: str, email: str = "bot-9f2@oauthapp.linear.app",
+             actor: str = "bot-9") -> dict[str, Any]:
+    """Linear sends another OAuth app's actor as a user; only its address hints at it."""
+    body = move(to, frm, actor=actor)
+    body["actor"]["email"] = email
+    return body
+
+
+@pytest.mark.parametrize(("to", "frm", "conv"), [
+    (APPROVED, AWAITING, facts("awaiting", 1)), (DOING, TODO, facts("none")),
+    (DOING, AWAITING, facts("awaiting", 1))])
+def test_an_app_user_by_its_address_never_approves_even_before_linear_answers(
+        to: str, frm: str, conv: ConversationFacts) -> None:
+    d = decide(router(), app_move(to, frm), conv)
+    assert d.gate.action == "refuse" and "an app user" in d.gate.reason and not d.to_fifo
+    assert d.verify_actor is None  # no lookup needed: the address says it
+
+
+def test_an_app_user_never_asks_for_a_plan_nor_revises_one() -> None:
+    asked = decide(router(), app_move(READY, TODO), None)
+    assert asked.gate.action == "refuse" and asked.gate.event == "refused"
+    assert "a plan was asked for by an app user" in asked.gate.reason and not asked.to_fifo
+    people = People([("bot-9", Kind.APP)])
+    revised = decide(router(people), comment(actor="bot-9"), facts("awaiting", 1))
+    assert revised.gate.action == "refuse" and "a comment by an app user" in revised.gate.reason
+    assert not revised.to_fifo
+
+
+def test_a_user_linear_has_not_named_waits_in_the_fifo_for_the_answer() -> None:
+    r = router(People())
+    for body, conv in ((move(READY), None), (move(APPROVED, AWAITING), facts("awaiting", 1)),
+                       (move(DOING, TODO), facts("none")), (comment(), facts("awaiting", 1))):
+        d = decide(r, body, conv)
+        assert d.verify_actor == "user-1" and d.to_fifo and d.gate is None and not d.effects
+    # What the state refuses anyway is refused at once, with no lookup.
+    d = decide(r, move(APPROVED, TODO), facts("awaiting", 1))
+    assert d.gate.action == "refuse" and d.verify_actor is None
+    assert decide(r, comment(), facts("none")).verify_actor is None  # recorded: no one to ask
+
+
+def test_an_app_stays_an_app_and_a_known_person_needs_no_lookup() -> None:
+    people = People()
+    assert people.learn("u", Kind.APP) is Kind.APP
+    assert people.learn("u", Kind.PERSON) is Kind.APP
+    assert people.learn("p", Kind.PERSON) is Kind.PERSON
+    d = decide(router(People([("user-1", Kind.APP)])), move(APPROVED, AWAITING),
+               facts("awaiting", 1))
+    assert d.gate.action == "refuse" and "an app user" in d.gate.reason
+
+
+def test_the_sessions_approve_option_from_an_unknown_user_waits_for_the_answer() -> None:
+    pick = session_event("prompted", issue_id="issue-7", identifier="OPS-7")
+    pick["agentActivity"] = {"id": "a", "content": {"type": "prompt", "body": "approve"},
+                             "userId": "user-77"}
+    d = decide(router(), pick, facts("awaiting", 1))
+    assert d.verify_actor == "user-77" and d.to_fifo and d.gate is None
+    d = decide(router(People([("user-77", Kind.APP)])), pick, facts("awaiting", 1))
+    assert d.gate.action == "refuse" and "an app user" in d.gate.reason
+
+
+def test_planning_deliveries_outside_the_workflow_carry_a_note_for_the_journal() -> None:
+    d = decide(router(), comment(), facts("none"))
+    assert not d.to_fifo and "outside the plan workflow" in d.note

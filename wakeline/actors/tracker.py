@@ -9,7 +9,8 @@ turns still run.
 
 It also looks up, before a conversation's first turn, which route owns an issue
 whose project no signed payload stated (`check_ownership`), through the same
-client and budget; answers are cached until the next mutation. A `linear graphql`
+client and budget; answers are cached until the next mutation. Likewise whether a
+user is a person or an app (`check_people`), for deliveries held until Linear says. A `linear graphql`
 update carries the intents recorded for it: they are marked dispatched when it
 leaves and settled with its outcome, and echo memory is told both.
 """
@@ -35,6 +36,7 @@ from wakeline.models.outbox import EffectKind, EffectState, PendingEffect
 from wakeline.models.store import Store
 from wakeline.providers.linear.client import LinearClient
 from wakeline.providers.linear.account import VIEWER_QUERY, record_account, recorded_account
+from wakeline.providers.linear.people import USER_QUERY, Kind, People, parse_user
 from wakeline.providers.linear.progress import Item, ProgressBoard
 from wakeline.providers.linear.workflow import RETRY_SECONDS as PLANNING_RETRY_SECONDS
 from wakeline.providers.linear.workflow import WorkflowRegistry, set_up
@@ -98,9 +100,11 @@ class Tracker(pykka.ThreadingActor):
                  ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS,
                  progress: ProgressBoard | None = None,
                  progress_skipped: Callable[[int], None] = lambda count: None,
-                 workflow: WorkflowRegistry | None = None) -> None:
+                 workflow: WorkflowRegistry | None = None, people: People | None = None) -> None:
         super().__init__()
         self._workflow = workflow
+        self._people = people or People()
+        self._person_listeners: list[Callable[[str], None]] = []
         self._setting_up = False
         self._set_up_after = 0.0
         self._board = progress or ProgressBoard(3000)  # turns offer, this actor sends
@@ -139,6 +143,7 @@ class Tracker(pykka.ThreadingActor):
         if self._client is not None:
             self._pool.submit(self._warm_up)  # a due renewal (or a first fetch) off the actor
         self.check_ownership()
+        self.check_people()
         self.set_up_planning()
 
     def on_stop(self) -> None:
@@ -291,6 +296,29 @@ class Tracker(pykka.ThreadingActor):
                 listener(conversation_id, owned)
             except Exception:
                 log.exception("ownership listener failed")
+
+    def subscribe_people(self, listener: Callable[[str], None]) -> None:
+        """Be told, on the worker that asked, each user Linear has named a person or an app
+        (the entries held for it are then decided again)."""
+        self._person_listeners.append(listener)
+
+    def check_people(self) -> None:
+        """Ask Linear about every user whose held deliveries' lookup is due."""
+        try:
+            due = self._store.people.due(to_ms(self._clock.now()))
+        except Exception:
+            log.exception("cannot read the person checks due")
+            return
+        for actor_id, _attempts in due:
+            if ("user:" + actor_id) in self._looking_up:
+                continue
+            self._looking_up.add("user:" + actor_id)
+            assert self._pool is not None
+            self._pool.submit(self._look_up_person, actor_id)
+
+    def person_checked(self, actor_id: str) -> None:
+        """A worker finished a user lookup (answered or not)."""
+        self._looking_up.discard("user:" + actor_id)
 
     def connected(self) -> bool:
         """True when a credential is configured."""
@@ -510,6 +538,46 @@ class Tracker(pykka.ThreadingActor):
             self._store.close()
         try:
             self._me.ownership_checked(cid, settled, owned)
+        except pykka.ActorDeadError:
+            pass
+
+    def _look_up_person(self, actor_id: str) -> None:
+        """On a worker: learn whether `actor_id` is a person or an app (the store first: an
+        answer survives restarts and another host may have asked), then let the listeners
+        decide its held deliveries again."""
+        try:
+            known = self._store.people.kind_of(actor_id)
+            if known is None:
+                try:
+                    if self._client is None:
+                        raise RequiresConnectedLinear("no Linear credential: who this user is "
+                                                      "cannot be looked up")
+                    kind = parse_user(self._client.execute(USER_QUERY, {"id": actor_id},
+                                                           "WakelineUser"))
+                except ProviderRejected as exc:
+                    if not is_not_found(exc):
+                        raise
+                    kind = Kind.GONE
+                known = self._store.people.learn(actor_id, kind.value, to_ms(self._clock.now()))
+                log.info("linear user looked up", extra={"user_id": actor_id, "kind": known})
+            self._people.learn(actor_id, Kind(known))
+            self._store.people.drop_settled(actor_id)
+            for listener in self._person_listeners:
+                listener(actor_id)
+        except (BudgetExhausted, PossiblyDispatched, ProviderRejected,
+                RequiresConnectedLinear) as exc:
+            # Never guessed: the held deliveries wait and the lookup is asked again.
+            error = f"{exc.code}: {exc.detail}" if exc.detail else exc.code
+            delay = self._store.people.failed(actor_id, to_ms(self._clock.now()), error,
+                                              self._ownership_backoff)
+            log.warning("user lookup failed", extra={"user_id": actor_id, "error": exc.code,
+                                                     "retry_in_seconds": delay})
+        except Exception:
+            log.exception("user lookup crashed", extra={"user_id": actor_id})
+        finally:
+            self._store.close()
+        try:
+            self._me.person_checked.defer(actor_id)
         except pykka.ActorDeadError:
             pass
 

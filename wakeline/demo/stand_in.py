@@ -92,4 +92,6 @@ class StandInLinear:
             return {"data": {"issueUpdate": {"success": True}}}
         if "viewer" in query:
             return {"data": {"viewer": {"id": "demo-app-user", "name": "wakeline (demo)"}}}
+        if "WakelineUser" in query:  # every user of the demo's session is a person
+            return {"data": {"user": {"id": variables.get("id"), "app": False}}}
         return {"data": None, "errors": [{"message": "the demo's stand-in for Linear does not know this"}]}

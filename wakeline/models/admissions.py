@@ -39,6 +39,7 @@ from wakeline.models.echoes import CANDIDATE_WINDOW_MS, UNRESOLVED, Echoes, Inte
 from wakeline.models.envelopes import DataChange, InboundDelivery, Subject, dump_envelope
 from wakeline.models.fifo import Fifo
 from wakeline.models.outbox import EffectSpec, Outbox
+from wakeline.models.people import PeopleRecords
 from wakeline.models.plan_gate import PlanGates
 from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
 from wakeline.models.schema import INBOX_CONVERSATION_ID, INBOX_LOCK
@@ -108,7 +109,9 @@ class AdmissionResult:
     `wake_ids`: conversations with new work (or a lifecycle change) to act on;
     `lookup_ids`: conversations that wait for the tracker to look up who owns the issue;
     `joined`: the conversation a new FIFO entry (or inbox wake) joined, for the journal;
-    `events`: lifecycle and ownership changes it made, as (event, detail).
+    `events`: lifecycle and ownership changes it made, as (event, detail);
+    `person_ids`: users the tracker must ask Linear about (a person or an app?) before the
+    delivery's held entry is decided; `note`: why it was recorded without a turn.
     """
 
     outcome: Outcome
@@ -120,6 +123,8 @@ class AdmissionResult:
     lookup_ids: tuple[str, ...] = ()
     joined: str | None = None
     events: tuple[tuple[str, str], ...] = ()
+    person_ids: tuple[str, ...] = ()
+    note: str | None = None
 
     @property
     def wakes(self) -> bool:
@@ -239,6 +244,8 @@ class Admissions:
     def _admit(self, conn: Any, plan: AdmissionPlan, following: bool,
                own: dict[str, int], convs: dict[Subject, _Conversation],
                intents: dict[str, list[IntentRow]]) -> AdmissionResult:
+        if plan.recheck_of is not None:
+            return self._recheck(conn, plan, plan.recheck_of, convs)
         d, now = plan.delivery, plan.received_ms
         # Proof first: the echo of an answered write is ours even while a later write to the
         # same object is still in flight (overlapping writes); only without proof is it held.
@@ -260,6 +267,7 @@ class Admissions:
         changed, lookup = False, False
         fifo_id: int | None = None
         events: list[tuple[str, str]] = []
+        person_ids: list[str] = []
         if conv is None and decision.create is not None and d.subject is not None:
             conv = convs[d.subject] = self._create(conn, plan, decision.create)
             conn.execute(_RECEIPT_CONVERSATION, (conv.id, receipt_id))
@@ -292,8 +300,13 @@ class Admissions:
                 conn.execute("UPDATE conversations SET agent_session_id = ? WHERE id = ?",
                              (session, conv.id))
             if to_fifo:
-                fifo_id = self._enqueue(conn, conv, plan, receipt_id, held=bool(hold))
-                to_fifo = fifo_id is not None and not hold
+                verify = decision.verify_actor
+                fifo_id = self._enqueue(conn, conv, plan, receipt_id, held=bool(hold or verify))
+                if fifo_id is not None and verify:
+                    # Its actor decides it (a person or an app?): held in place until Linear says.
+                    PeopleRecords.hold(conn, fifo_id, conv.id, verify, now)
+                    person_ids.append(verify)
+                to_fifo = fifo_id is not None and not hold and not verify
                 if fifo_id is None and session is not None and decision.reset_reply is not None:
                     effects += decision.reset_reply.to([session], None)
         conversation_id = conv.id if conv is not None and (linked or decision.create) else None
@@ -330,7 +343,53 @@ class Admissions:
                 [replace(s, conversation_id=s.conversation_id or conversation_id) for s in effects], now)
         return AdmissionResult(outcome, reason, conversation_id, effects=len(effects),
                                wake_ids=tuple(wake_ids), lookup_ids=tuple(lookup_ids),
-                               joined=joined, events=tuple(events))
+                               joined=joined, events=tuple(events), person_ids=tuple(person_ids),
+                               note=decision.note)
+
+    def _recheck(self, conn: Any, plan: AdmissionPlan, fifo_id: int,
+                 convs: dict[Subject, _Conversation]) -> AdmissionResult:
+        """Decide again a FIFO entry held for its actor, now that Linear has said who it is.
+
+        Still held: the decision is applied to it (a gate change, effects) and it becomes
+        pending, or, refused (an app, a moot approval) or from before a committed reset,
+        completes without a turn. No longer held (a reset or a terminal state completed
+        it meanwhile): only its check goes.
+        """
+        d, now = plan.delivery, plan.received_ms
+        row = conn.execute("SELECT state, received_at FROM deliveries WHERE id = ?",
+                           (fifo_id,)).fetchone()
+        conv = convs.get(d.subject) if d.subject is not None else None
+        if row is None or row[0] != DeliveryState.HELD or conv is None:
+            PeopleRecords.checked(conn, fifo_id)
+            return AdmissionResult(Outcome.ACCEPTED)
+        decision = plan.decide(conv.facts())
+        if decision.verify_actor is not None:  # still not known: it keeps waiting
+            return AdmissionResult(Outcome.HELD, conversation_id=conv.id,
+                                   person_ids=(decision.verify_actor,))
+        PeopleRecords.checked(conn, fifo_id)
+        events: list[tuple[str, str]] = []
+        effects = list(decision.effects)
+        took = True
+        if decision.gate is not None:
+            took, more = self._apply_gate(conv, decision, d.delivery_id, now, events)
+            effects += more
+        before_reset = conv.reset_at is not None and row[1] <= conv.reset_at
+        runs = decision.to_fifo and took and not before_reset
+        if runs:
+            conn.execute("UPDATE deliveries SET state = ? WHERE id = ?",
+                         (DeliveryState.PENDING.value, fifo_id))
+        else:
+            completion = TurnResultKind.RESET if before_reset else TurnResultKind.REFUSED
+            conn.execute("UPDATE deliveries SET state = ?, completed_at = ?, completion = ?"
+                         " WHERE id = ?", (DeliveryState.COMPLETED.value, now, completion.value,
+                                           fifo_id))
+        if effects:
+            self._outbox.prepare(
+                [replace(s, conversation_id=s.conversation_id or conv.id) for s in effects], now)
+        # Whatever it decided, what was behind it in the FIFO may run now.
+        return AdmissionResult(Outcome.ACCEPTED, conversation_id=conv.id, effects=len(effects),
+                               wake_ids=(conv.id,), joined=conv.id if runs else None,
+                               events=tuple(events), note=decision.note)
 
     @staticmethod
     def _duplicate(conn: Any, d: InboundDelivery) -> AdmissionResult:
@@ -461,7 +520,7 @@ class Admissions:
             events.append(("approved", f"plan revision {rev} by {change.approver}" if rev
                            else f"without a plan, by {change.approver}"))
             return True, list(change.effects)
-        events.append(("approval_refused", change.reason or "refused"))
+        events.append((change.event, change.reason or "refused"))
         return False, []
 
     def _apply_lifecycle(self, conn: Any, conv: _Conversation, decision: Decision,

@@ -42,13 +42,15 @@ class GateChange:
     `action`: `request` (plan again; every approval withdrawn, a running turn stopped),
     `revise` (a comment on the waiting plan), `approve` (take the execution lease; the
     decision's FIFO entry is the execution request, and `effects` go out only if the lease
-    was free), or `refuse` (a would-be approval that counts for nothing: `reason` says why).
+    was free), or `refuse` (a would-be approval, or a request or comment that needed a
+    person, that counts for nothing: `reason` says why, `event` names it in the journal).
     """
 
     action: str
     approver: str | None = None
     reason: str | None = None
     effects: tuple[EffectSpec, ...] = ()
+    event: str = "approval_refused"  # the journal's event for a refusal
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ class Decision:
         unknown_session_reply: what a `prompted` session never seen before is told.
         reset_reply: what a session whose delivery predates a committed reset is told.
         gate: what the delivery does to a planning route's gate.
+        verify_actor: a user id whose answer to "a person or an app?" decides this delivery:
+            its FIFO entry is held until the tracker has asked Linear, then decided again.
+        note: why a delivery of a planning route was recorded without a turn (the journal).
     """
 
     outcome: Outcome
@@ -112,6 +117,8 @@ class Decision:
     unknown_session_reply: SessionReply | None = None
     reset_reply: SessionReply | None = None
     gate: GateChange | None = None
+    verify_actor: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,9 @@ class AdmissionPlan:
 
     `needs_conversation` tells the transaction whether to read the subject's
     conversation before deciding; events that can never reach one skip the read.
+    `recheck_of`: the held FIFO entry this plan decides again (a delivery admitted
+    before, whose actor Linear has now named a person or an app): no receipt, no
+    inbox message, only the decision applied to that entry.
     """
 
     delivery: InboundDelivery
@@ -127,6 +137,7 @@ class AdmissionPlan:
     decide: Callable[[ConversationFacts | None], Decision]
     needs_conversation: bool = True
     echo_window_ms: int = 90_000
+    recheck_of: int | None = None
 
     @classmethod
     def fixed(cls, delivery: InboundDelivery, received_ms: int, decision: Decision,

@@ -412,4 +412,26 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Who is a person (invariant 14): Linear's answer to `user(id) { app }` per user id, and
+    # the FIFO entries held until their actor's answer comes (wakeline/models/people.py).
+    [
+        """CREATE TABLE linear_users (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL CHECK (kind IN ('person', 'app', 'gone')),
+            checked_at INTEGER NOT NULL
+        )""",
+        """CREATE TABLE person_checks (
+            fifo_id INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL,
+            actor_id TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_at INTEGER,
+            error TEXT
+        )""",
+        "CREATE INDEX person_checks_actor ON person_checks (actor_id)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -51,6 +51,7 @@ class TurnResultKind(StrEnum):
     RETIRED = "retired"  # the issue reached a terminal state
     NOT_OWNED = "not_owned"  # the issue is not in the route's projects (a completion, never a turn)
     SELF_ECHO = "self_echo"  # a held delivery proved to be our own write coming back (no turn)
+    REFUSED = "refused"  # it needed a person and came from an app (or was moot once known): no turn
 
 
 class ConversationState(StrEnum):

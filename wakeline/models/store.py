@@ -29,6 +29,7 @@ from wakeline.models.plan_gate import PlanGates
 from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
+from wakeline.models.people import PeopleRecords
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.rooms import RoomAdmissions
 from wakeline.models.states import DeliveryState, Ownership, TerminalOutcome, TurnState
@@ -73,6 +74,7 @@ class Store:
         self.conversations = ConversationRecords(db, self.t, self.fifo)
         self.echoes = Echoes(db, self.t, self.following)
         self.gates = PlanGates(db, self.t)
+        self.people = PeopleRecords(db)  # who is a person: Linear's answers, held entries
         self.bindings = Bindings(db)  # control threads (Discord): wakeline/models/bindings.py
         self._following_default = following_default
         self._admissions = Admissions(db, self.fifo, self.outbox, following_default, self.gates)

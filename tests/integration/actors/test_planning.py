@@ -339,3 +339,94 @@ def test_a_plan_longer_than_a_comment_is_cut_with_a_pointer_to_the_journal(
                            for e in h.api("GET", "/v1/journal").json()["entries"]),
                message="the whole plan journaled")
     assert json.dumps(gate(h))  # still a plan of revision 1
+
+
+# --- a person or an app? (invariant 14) -----------------------------------------------------------
+
+
+def inbound(h: Any) -> list[dict[str, Any]]:
+    return [e for e in h.api("GET", "/v1/journal").json()["entries"] if e["kind"] == "inbound"]
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_another_app_moving_the_issue_never_approves_and_linear_is_asked_once(
+        harness: Callable[..., Any], direct: bool) -> None:
+    fake = FakeLinear(teams={"OPS": team()}, apps={"bot-9"})
+    h = start(harness, fake=fake)
+    h.deliver(move(READY))
+    wait_until(lambda: gate(h)["phase"] == "awaiting", message="plan posted")
+    sent(h)
+    # Linear sends the app's actor as a user, with nothing in the payload that says "app".
+    approval = move(DOING, AWAITING, actor="bot-9") if direct else move(APPROVED, AWAITING,
+                                                                        actor="bot-9")
+    assert h.deliver(approval) == {"outcome": "accepted"}
+    refusal = wait_until(lambda: [t for s, t in journal_stages(h)
+                                  if s == "approval_refused" and "an app user" in t],
+                         message="the app's approval refused and journaled")
+    assert "bot-9" in refusal[0]
+    moves = state_moves(fake)
+    assert gate(h)["lease"] is None and gate(h)["phase"] == "awaiting"
+    assert [r["phase"] for r in h.runs()] == ["plan"]
+    # Asked once: the answer is kept, so the app's next move needs no lookup.
+    h.deliver(move(DOING, AWAITING, actor="bot-9"))
+    wait_until(lambda: len([t for s, t in journal_stages(h) if "an app user" in t]) == 2,
+               message="refused again")
+    assert fake.user_lookups().count("bot-9") == 1 and state_moves(fake) == moves
+    conv = h.only_conversation()
+    assert [f["completion"] for f in conv["fifo"] if f.get("completion") == "refused"]
+    assert len(h.runs()) == 1
+    # A person approves after all: the lease and the execution turn.
+    h.deliver(move(APPROVED, AWAITING, actor=BOSS))
+    wait_until(lambda: len(h.runs()) == 2, message="the person's approval ran")
+    assert gate(h)["approvedBy"] == BOSS
+
+
+def test_an_apps_address_refuses_it_before_any_lookup(harness: Callable[..., Any]) -> None:
+    h = start(harness)
+    body = move(READY, actor="bot-3")
+    body["actor"]["email"] = "bot-3-8a1f@oauthapp.linear.app"
+    assert h.deliver(body) == {"outcome": "accepted"}
+    wait_until(lambda: any(s == "refused" and "a plan was asked for by an app user" in t
+                           for s, t in journal_stages(h)), message="refused at once")
+    assert h.linear.user_lookups() == [] and h.runs() == []
+
+
+def test_an_apps_comment_never_revises_the_plan(harness: Callable[..., Any]) -> None:
+    fake = FakeLinear(teams={"OPS": team()}, apps={"bot-9"})
+    h = start(harness, fake=fake)
+    h.deliver(move(READY))
+    wait_until(lambda: gate(h)["phase"] == "awaiting", message="plan posted")
+    h.deliver(comment("rewrite it all", actor="bot-9"))
+    wait_until(lambda: any(s == "refused" and "a comment by an app user" in t
+                           for s, t in journal_stages(h)), message="refused")
+    assert gate(h)["rev"] == 1 and len(h.runs()) == 1
+
+
+def test_a_delivery_waiting_for_linears_answer_survives_a_restart(
+        harness: Callable[..., Any]) -> None:
+    fake = FakeLinear(teams={"OPS": team()}, users_failing=True)
+    h = start(harness, fake=fake)
+    h.deliver(move(DOING, TODO))  # Jane, whom Linear cannot name yet
+    wait_until(lambda: len(fake.user_lookups()) >= 2, message="Linear asked, and again")
+    conv = h.only_conversation()
+    assert [f["state"] for f in conv["fifo"]] == ["held"] and h.runs() == []
+    h.restart()
+    fake.users_failing = False
+    wait_until(lambda: len(h.runs()) == 1, message="decided again after the restart")
+    assert h.runs()[0]["phase"] == "execute" and gate(h)["approvedBy"] == JANE
+    # Jane's answer is kept: her next move needs no lookup, before or after a restart.
+    asked = len(fake.user_lookups())
+    h.restart()
+    h.deliver(move(READY, DOING))
+    wait_until(lambda: gate(h)["phase"] == "awaiting", message="planned again")
+    assert len(fake.user_lookups()) == asked
+
+
+def test_a_comment_outside_the_workflow_is_journaled_as_recorded(
+        harness: Callable[..., Any]) -> None:
+    h = start(harness)
+    assert h.deliver(comment("any news?")) == {"outcome": "accepted"}
+    entry = wait_until(lambda: [e for e in inbound(h) if e["stage"] == "recorded"],
+                       message="recorded in the journal")
+    assert "any news?" in entry[0]["text"] and "outside the plan workflow" in entry[0]["text"]
+    assert h.runs() == []
