@@ -27,6 +27,7 @@ from wakeline.clock import Clock, SystemClock, to_ms
 from wakeline.config import Config
 from wakeline.cpus import pin_to_one_cpu
 from wakeline.errors import ConfigError
+from wakeline.extras import require_extras
 from wakeline.forkserver import ForkServer
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
@@ -42,6 +43,7 @@ from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import Outcome
 from wakeline.models.store import Store
 from wakeline.models.views import show_conversation
+from wakeline.providers.discord.doctor import routes_with_threads
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.client import LinearClient, RequestBudget
 from wakeline.providers.linear.credentials import (
@@ -512,8 +514,11 @@ def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store
     nothing of it, discord.py included, is imported). `approvals`: the Matrix approvals
     decided in threads."""
     if secrets.discord_token is None:
-        if any(r.discord_channel_id for r in [*config.routes, *config.matrix.routes]):
-            log.warning("routes name a Discord channel but no bot token is set: Discord is off")
+        keys = [key for key, _ in routes_with_threads(config)]
+        if keys:  # Discord off (CONTRACT section 8), said here and by `doctor`
+            log.warning("routes name a Discord channel but no bot token is set: Discord is off",
+                        extra={"keys": keys, "fix": "put the bot token in discord.token_file "
+                               "or $WAKELINE_DISCORD_TOKEN, then restart"})
         return None
     from wakeline.providers.discord.service import DiscordService  # only with a token
 
@@ -539,6 +544,7 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     # Everything wakeline writes (database, WAL, journal, prompts) is the owner's alone.
     os.umask(0o077)
+    require_extras(config, environ)  # before anything is created or started (decision 0032)
     check_routes(config, workspaces_of(config))
     secrets = prepare_state(config, environ)
     setup_logging(config.log_level, secrets.values())

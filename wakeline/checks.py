@@ -1,4 +1,5 @@
-"""Checks a config can be given without a running service: routes, agent commands, ports, disk.
+"""Checks a config can be given without a running service: routes, agent commands, ports,
+disk, and the optional parts it turns on (installed, and the Discord token its routes need).
 
 The doctor (`GET /v1/doctor`) runs them inside the service; `wakeline doctor` runs them
 itself when no service answers, so a newcomer can check a config before the first
@@ -15,9 +16,11 @@ import socket
 import stat
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from wakeline.config import Config
+from wakeline.extras import Finder, discord_token_key, wanted
+from wakeline.secrets import DISCORD_TOKEN_ENV
 from wakeline.workspaces import Workspaces
 
 TEAM_KEY = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
@@ -140,15 +143,27 @@ def disk_check(config: Config) -> Check:
     return Check("disk", True, detail)
 
 
+def extras_checks(config: Config, discord_key: str | None,
+                  find_spec: Finder = importlib.util.find_spec) -> list[Check]:
+    """One item per optional part the config turns on: failed, in `serve`'s words, when its
+    extra is not installed. `discord_key`: where the bot token comes from, None without one."""
+    return [Check(f"{w.extra.name} extra", not w.missing, w.detail, w.fix)
+            for w in wanted(config, discord_key, find_spec)]
+
+
+def discord_checks(config: Config, discord_key: str | None) -> list[Check]:
+    """The Discord bot token: there when a route names a Discord channel, owner-only."""
+    # Imported here: the Discord provider's doctor builds on this module's `Check`.
+    from wakeline.providers.discord.doctor import token_check
+
+    check = token_check(config, discord_key is not None, discord_key == DISCORD_TOKEN_ENV)
+    return [check] if check is not None else []
+
+
 def matrix_checks(config: Config) -> list[Check]:
-    """Each Matrix connection's token file (there, owner-only) and matrix-nio (installed);
-    the routes themselves are checked by the running service against the homeserver."""
-    if not config.matrix.connections:
-        return []
+    """Each Matrix connection's token file (there, owner-only). Whether matrix-nio is
+    installed is `extras_checks`'s item; the routes are checked by the running service."""
     checks = []
-    if importlib.util.find_spec("nio") is None:
-        checks.append(Check("matrix-nio", False, "not installed: every Matrix route is off",
-                            "pip install 'wakeline[matrix]' into wakeline's environment"))
     for name, conn in config.matrix.connections.items():
         path = config.path(conn.access_token_file)
         key = f"matrix {name} token"
@@ -168,8 +183,11 @@ def matrix_checks(config: Config) -> list[Check]:
     return checks
 
 
-def local_checks(config: Config) -> list[Check]:
-    """What `wakeline doctor` can tell without the service: routes, commands, ports, disk."""
+def local_checks(config: Config, environ: Mapping[str, str] | None = None) -> list[Check]:
+    """What `wakeline doctor` can tell without the service: routes, commands, ports, disk,
+    the optional parts; `environ` (the CLI's) may hold the Discord token."""
+    discord_key = discord_token_key(config, environ or {})
     return [*route_checks(config), *command_checks(config), *port_checks(config),
-            disk_check(config), *matrix_checks(config)]
+            disk_check(config), *extras_checks(config, discord_key),
+            *discord_checks(config, discord_key), *matrix_checks(config)]
 

@@ -247,7 +247,8 @@ def doctor(ctx: Context, as_json: bool) -> None:
     without calling Linear.
 
     With the service running it asks the service. Without, it checks what it can from
-    the config (routes, agent commands, free ports, disk) and exits 3 after saying so.
+    the config (routes, agent commands, free ports, disk, the optional parts it turns on)
+    and exits 3 after saying so.
     Exits 1 when a check fails.
     """
     try:
@@ -255,7 +256,7 @@ def doctor(ctx: Context, as_json: bool) -> None:
     except (Unreachable, NoToken) as exc:
         from wakeline.checks import local_checks
 
-        checks = [c.to_json() for c in local_checks(ctx.config())]
+        checks = [c.to_json() for c in local_checks(ctx.config(), dict(os.environ))]
         data = {"ok": all(c["ok"] for c in checks), "checks": checks, "service": "not running"}
         emit(data, as_json, _doctor_text)
         fail(f"{exc}: start it with `wakeline serve` for the store, secret and Linear checks",

@@ -17,8 +17,10 @@ from wakeline.providers.linear.account import ACCOUNT_SETTING, credential_finger
 from wakeline.providers.linear.credentials import AppCredential, Credential
 from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
-from wakeline.secrets import read_secret_file
-from wakeline.checks import command_checks, disk_check, route_checks
+from wakeline.secrets import DISCORD_TOKEN_ENV, read_secret_file
+from wakeline.checks import (
+    command_checks, discord_checks, disk_check, extras_checks, route_checks,
+)
 from wakeline.tokens import Lane
 
 if TYPE_CHECKING:
@@ -80,8 +82,9 @@ class Doctor:
                              f"{self._store.location}: schema {health.schema_version} "
                              f"(expected {health.expected_version}), quick check {health.quick_check}"))
         checks += self._secret_checks()
-        checks += [c.to_json() for c in (*route_checks(config), *command_checks(config),
-                                          disk_check(config))]
+        checks += [c.to_json() for c in (
+            *route_checks(config), *command_checks(config), disk_check(config),
+            *extras_checks(config, discord_key_of(config, self._secrets)))]
         linear, linear_checks = self._linear()
         checks += linear_checks
         checks += self._planning()
@@ -188,18 +191,23 @@ class Doctor:
 def discord_token_check(config: Config, secrets: Secrets | None) -> dict[str, Any] | None:
     """The Discord bot token (present when a route needs it, mode 0600); None when Discord
     is not used at all."""
-    from wakeline.providers.discord.doctor import token_check
+    checks = discord_checks(config, discord_key_of(config, secrets))
+    return checks[0].to_json() if checks else None
 
+
+def discord_key_of(config: Config, secrets: Secrets | None) -> str | None:
+    """Where the service's Discord bot token came from: `$WAKELINE_DISCORD_TOKEN` unless
+    the file holds the same; None without a token."""
     token = secrets.discord_token if secrets is not None else None
-    from_env = False
-    if token is not None:
-        try:
-            on_disk = read_secret_file(config.path(config.discord.token_file))
-        except OSError:
-            on_disk = None
-        from_env = on_disk is None or on_disk.get_secret_value() != token.get_secret_value()
-    check = token_check(config, token is not None, from_env)
-    return check.to_json() if check is not None else None
+    if token is None:
+        return None
+    try:
+        on_disk = read_secret_file(config.path(config.discord.token_file))
+    except OSError:
+        on_disk = None
+    if on_disk is None or on_disk.get_secret_value() != token.get_secret_value():
+        return DISCORD_TOKEN_ENV
+    return "discord.token_file"
 
 
 def add_routes(app: falcon.App, config: Config, store: Store, secrets: Secrets | None,

@@ -73,9 +73,12 @@ def api(cfg: Config, store: Store) -> Api:
     return Api(cfg, store, matrix)
 
 
-def test_a_connection_without_its_token_names_why_its_routes_are_off(api: Api) -> None:
+def test_a_connection_without_its_token_names_why_its_routes_are_off(
+        api: Api, caplog: pytest.LogCaptureFixture) -> None:
     state = api.matrix.connections["me"].routes.get("alice")  # type: ignore[union-attr]
     assert not state.on and "no access token in" in state.detail and "no-such-token" in state.detail
+    [logged] = [r for r in caplog.get_records("setup") if r.getMessage() == "matrix connection off"]
+    assert logged.connection == "me" and logged.reason == state.detail  # type: ignore[attr-defined]
     status = api.matrix.status()["connections"][0]  # type: ignore[union-attr]
     assert status["state"] == "failed" and status["routes"][0]["on"] is False
 

@@ -82,6 +82,9 @@ class MatrixRoutes:
             self.connections[name] = connection
             connection.failure = self._build(connection, secrets)
             if connection.failure is not None:
+                # Said where the operator looks first too, not only in status and doctor.
+                log.error("matrix connection off", extra={"connection": name,
+                                                          "reason": connection.failure})
                 for route in routes:
                     connection.routes.set(RouteState(route, False, connection.failure))
             up.labels(connection=name).set_function(
