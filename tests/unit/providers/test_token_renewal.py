@@ -50,6 +50,17 @@ def ticks(credential: AppCredential, frozen: Any, seconds: float) -> int:
     return started
 
 
+def reached(fake: FakeLinear, requests: int) -> None:
+    """Until the token endpoint got `requests` requests (real time, bounded)."""
+    assert fake.oauth is not None
+    pause = threading.Event()
+    for _ in range(1000):
+        if len(fake.oauth.asked) >= requests:
+            return
+        pause.wait(0.01)
+    raise AssertionError(f"the token endpoint got {len(fake.oauth.asked)} requests")
+
+
 def attempts(fake: FakeLinear) -> list[float]:
     """Seconds between consecutive requests to the token endpoint."""
     assert fake.oauth is not None
@@ -169,14 +180,32 @@ def test_calls_never_wait_for_a_background_renewal_while_their_token_works(
     gate = fake.oauth.gate = threading.Event()  # the token endpoint holds its answer
     thread = credential.tick()
     assert thread is not None
-    pause = threading.Event()
-    for _ in range(1000):  # real time, bounded: until the renewal reached the endpoint
-        if len(fake.oauth.asked) == 2:
-            break
-        pause.wait(0.01)
+    reached(fake, 2)
     assert credential.header() == live and credential.usable()  # no wait for the renewal
     assert credential.tick() is None  # one renewal at a time
     assert thread.is_alive()
     gate.set()
     thread.join(30)
     assert credential.header() != live and fake.oauth.grants.count("refresh_token") == 1
+
+
+def test_a_call_whose_token_expired_waits_for_the_renewal_under_way(
+        fake: FakeLinear, tmp_path: Path, frozen: Any) -> None:
+    assert fake.oauth is not None
+    credential = installed(fake, tmp_path)
+    expired = credential.header()
+    frozen.tick(DAY + 60)
+    gate = fake.oauth.gate = threading.Event()
+    thread = credential.tick()
+    assert thread is not None
+    reached(fake, 2)
+    got: list[str] = []
+    caller = threading.Thread(target=lambda: got.append(credential.header()))
+    caller.start()
+    caller.join(0.2)
+    assert caller.is_alive() and not got  # no expired token handed out meanwhile
+    gate.set()
+    caller.join(30)
+    thread.join(30)
+    assert got and got[0] != expired and fake.oauth.valid(got[0])
+    assert len(fake.oauth.asked) == 2  # the caller asked nothing of its own

@@ -272,20 +272,13 @@ class AppCredential(_Listeners):
         try:
             if self._renewing.locked() or self._background.running():
                 return None
-            now = self._now()
-            self._note_expiry(now)
-            if self._problem is not None:
-                due = self._may_retry(now)
-            elif self._backoff.waiting(now):
-                due = False
-            elif self._tokens is None:
-                due = self.grant == "client_credentials"
-            else:
-                due = now >= self._tokens.refresh_due_ms(REFRESH_WHEN_LEFT)
-            if not due:
+            try:
+                stale = self._to_renew(self._now())
+            except LinearAuthUnavailable:
+                return None  # refused or not installed: nothing to ask; or a failure's wait
+            if stale is None:
                 return None
-            stale = self._tokens.access_token if self._tokens else None
-            return self._background.start(lambda: self._renew_in_background(stale))
+            return self._background.start(lambda: self._renew_in_background(stale or None))
         finally:
             self._lock.release()
 
@@ -359,8 +352,8 @@ class AppCredential(_Listeners):
             if self.grant == "authorization_code":
                 raise LinearAuthUnavailable(f"the Linear app is not installed ({INSTALL_FIX})")
             return ""
-        if now < tokens.refresh_due_ms(REFRESH_WHEN_LEFT) or self._backoff.waiting(now) \
-                or self._renewing.locked():
+        if now < tokens.refresh_due_ms(REFRESH_WHEN_LEFT) or now < tokens.expires_ms and (
+                self._backoff.waiting(now) or self._renewing.locked()):
             return None  # not due, or due and being (or soon) renewed: this one still works
         return tokens.access_token
 
