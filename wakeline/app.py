@@ -485,6 +485,8 @@ def build_service(
     def tick() -> None:
         supervisor.tick.defer()
         tracker.kick.defer()
+        if isinstance(credential, AppCredential):
+            credential.tick()  # a due renewal starts on a thread of its own (decision 0031)
         ticks[0] += 1
         if ticks[0] % OWNERSHIP_EVERY_TICKS == 0:
             tracker.check_ownership.defer()

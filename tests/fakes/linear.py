@@ -43,7 +43,9 @@ class FakeOAuth:
     `authorize` plays a workspace admin approving the app and returns the code Linear
     would put in the redirect. `script` takes the next behaviours of the token endpoint:
     "500", "drop", "slow" (longer than wakeline's read timeout is not needed: 1 s), or
-    "invalid_grant".
+    "invalid_grant"; while `down` is set every request answers 500, and while `gate` is
+    set (an unset event) every request waits for it. `asked` has the time of every token
+    request, whatever it was answered.
     """
 
     client_id: str = "client-1"
@@ -56,6 +58,9 @@ class FakeOAuth:
     refresh: set[str] = field(default_factory=set)  # refresh tokens not yet used
     grants: list[str] = field(default_factory=list)  # grant_type of every accepted request
     forms: list[dict[str, str]] = field(default_factory=list)  # every request's form
+    down: bool = False
+    gate: threading.Event | None = None
+    asked: list[float] = field(default_factory=list)  # time.time() of every request
 
     def authorize(self, redirect_uri: str) -> str:
         """A code for `redirect_uri`, as after an admin approved the install."""
@@ -187,7 +192,13 @@ class FakeLinear:
                 assert fake.oauth is not None, "no FakeOAuth configured"
                 form = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
                 with fake._lock:
-                    behaviour = fake.oauth.script.pop(0) if fake.oauth.script else "ok"
+                    fake.oauth.asked.append(time.time())
+                    gate = fake.oauth.gate
+                if gate is not None:
+                    gate.wait(30)
+                with fake._lock:
+                    behaviour = "500" if fake.oauth.down else \
+                        fake.oauth.script.pop(0) if fake.oauth.script else "ok"
                 if behaviour == "slow":
                     time.sleep(1.0)
                 if behaviour == "drop":

@@ -4,9 +4,13 @@
 `AppCredential` is the OAuth app's own token (decision 0020): for
 `grant = "authorization_code"` the pair `wakeline linear install` stored, renewed with
 its rotating refresh token; for `"client_credentials"` a 30-day token fetched with the
-client id and secret. Either is renewed before a tenth of its life is left, and once
-when Linear refuses it (`refused`): one renewal at a time in this process (a lock) and
-across processes (the token file's lock), the new pair durable before it is used.
+client id and secret. Either is renewed before a tenth of its life is left, in the
+background whether or not anything is being sent (`tick`, decision 0031), by the first
+call that finds it due, and once when Linear refuses it (`refused`): one renewal at a
+time in this process (a lock) and across processes and hosts (the token file's lock),
+the new pair durable before it is used. A renewal that got no answer is tried again
+after 1 s, doubling, at most a minute (`renewal.py`); the token held is used meanwhile
+while it lasts.
 
 When no token works (not installed, the refresh token revoked, the app uninstalled,
 the token endpoint down past the token's expiry) `header` raises
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 from wakeline.clock import Clock, iso, to_ms
@@ -27,6 +31,7 @@ from wakeline.errors import LinearAuthUnavailable
 from wakeline.providers.linear.oauth import (
     Grant, TokenEndpoint, TokenEndpointUnavailable, TokenRefused,
 )
+from wakeline.providers.linear.renewal import BackgroundRenewal, RetryBackoff
 from wakeline.providers.linear.token_file import StoredTokens, TokenFile, TokenFileInvalid
 
 if TYPE_CHECKING:
@@ -36,8 +41,6 @@ log = logging.getLogger(__name__)
 
 # Renew once only this fraction of a token's life is left.
 REFRESH_WHEN_LEFT = 0.1
-# After the token endpoint failed to answer, wait this long before asking again.
-RETRY_AFTER_MS = 60_000
 INSTALL_FIX = "run `wakeline linear install`"
 
 AuthCondition = Literal["ok", "none", "not_installed", "refused", "unreachable", "invalid_file"]
@@ -176,7 +179,12 @@ class StaticCredential(_Listeners):
 
 
 class AppCredential(_Listeners):
-    """The OAuth app's token, kept in the token file and renewed before it runs out."""
+    """The OAuth app's token, kept in the token file and renewed before it runs out.
+
+    Two locks: `_lock` guards what is known (held briefly, never across a request), and
+    `_renewing` lets one renewal at a time reach the token endpoint. A caller whose token
+    still works never waits for a renewal in flight; one with no working token does.
+    """
 
     kind = "app"
 
@@ -190,11 +198,13 @@ class AppCredential(_Listeners):
         self._endpoint = endpoint
         self._clock = clock
         self._remember = remember
-        self._lock = threading.Lock()  # one renewal at a time in this process
+        self._lock = threading.Lock()
+        self._renewing = threading.Lock()  # one renewal at a time in this process
+        self._background = BackgroundRenewal()
+        self._backoff = RetryBackoff()
         self._tokens: StoredTokens | None = None
         self._stamp: object = None
         self._problem: AuthState | None = None
-        self._retry_at = 0
         self._state = AuthState("not_installed", self.kind, "not installed yet", INSTALL_FIX)
         with self._lock:
             self._load()
@@ -202,36 +212,35 @@ class AppCredential(_Listeners):
     # --- what the client asks ----------------------------------------------------------------
 
     def header(self) -> str:
-        """The current access token as Bearer, renewed first when a tenth of its life is left."""
+        """The current access token as Bearer, renewed first when a tenth of its life is left
+        (unless a renewal is already under way or waits after a failure: a token that still
+        works is used meanwhile)."""
         with self._lock:
             self._load()
-            now = self._now()
-            if self._problem is not None and not self._may_retry(now):
-                raise LinearAuthUnavailable(self._problem.detail + f" ({self._problem.fix})")
-            tokens = self._tokens
-            if tokens is None or now >= tokens.refresh_due_ms(REFRESH_WHEN_LEFT):
-                if tokens is None and self.grant == "authorization_code":
-                    raise LinearAuthUnavailable(f"the Linear app is not installed ({INSTALL_FIX})")
-                if now >= self._retry_at or tokens is None or now >= tokens.expires_ms:
-                    self._renew(tokens.access_token if tokens else None, now, forced=False)
-            assert self._tokens is not None
-            return f"Bearer {self._tokens.access_token}"
+            stale = self._to_renew(self._now())
+            if stale is None:
+                assert self._tokens is not None
+                return f"Bearer {self._tokens.access_token}"
+        self._renew(stale or None, forced=False)
+        with self._lock:
+            return self._working()
 
     def refused(self, header: str) -> str | None:
         """Renew once, unless someone already did since `header` was handed out."""
         with self._lock:
             self._load()
-            current = f"Bearer {self._tokens.access_token}" if self._tokens else None
             if self._problem is not None and not self._may_retry(self._now()):
                 return None  # already known: renewing again would be refused again
-            if current is not None and current != header:
+            current = f"Bearer {self._tokens.access_token}" if self._tokens else None
+            if current is not None and current != header and self._problem is None:
                 return current
+        self._renew(header.removeprefix("Bearer "), forced=True)
+        with self._lock:
             try:
-                self._renew(header.removeprefix("Bearer "), self._now(), forced=True)
+                fresh = self._working()
             except LinearAuthUnavailable:
                 return None
-            assert self._tokens is not None
-            return f"Bearer {self._tokens.access_token}"
+            return fresh if fresh != header else None
 
     def failed(self, header: str, detail: str) -> None:
         """A fresh token was refused too: the app is likely uninstalled."""
@@ -239,20 +248,51 @@ class AppCredential(_Listeners):
             self._set_problem(AuthState("refused", self.kind, detail, INSTALL_FIX))
 
     def usable(self) -> bool:
-        """Non-blocking: while a renewal runs, assume yes (the caller then waits in `header`)."""
+        """Non-blocking: while another thread looks, assume yes (the caller then waits in
+        `header`)."""
         if not self._lock.acquire(blocking=False):
             return True
         try:
             self._load()
+            now = self._now()
+            self._note_expiry(now)
             if self._problem is not None:
-                return self._may_retry(self._now())
+                return self._may_retry(now)
             return self._tokens is not None or self.grant == "client_credentials"
         finally:
             self._lock.release()
 
+    def tick(self) -> threading.Thread | None:
+        """Start a background renewal when one is due, whether or not anything is being
+        sent: a tenth of the token's life left, a failed renewal's wait over, or no
+        client-credentials token yet. Cheap and never waits for the token endpoint (the
+        composition root's ticker calls it); returns the renewal's thread, if one started."""
+        if not self._lock.acquire(blocking=False):
+            return None  # busy: the next tick looks again
+        try:
+            if self._renewing.locked() or self._background.running():
+                return None
+            try:
+                stale = self._to_renew(self._now())
+            except LinearAuthUnavailable:
+                return None  # refused or not installed: nothing to ask; or a failure's wait
+            if stale is None:
+                return None
+            return self._background.start(lambda: self._renew_in_background(stale or None))
+        finally:
+            self._lock.release()
+
     def state(self) -> AuthState:
-        """The last known state (no I/O)."""
-        return self._state
+        """The last known state (no I/O); while renewals fail, when the next one is due."""
+        state, backoff = self._state, self._backoff
+        if not backoff.reason or state.condition not in ("ok", "unreachable"):
+            return state
+        left = (backoff.retry_at_ms - self._now() + 999) // 1000
+        when = f"retrying in {left} s" if left > 0 else "retrying now"
+        if state.condition == "unreachable":
+            return replace(state, detail=f"{state.detail}; {when}")
+        return replace(state, detail=f"{state.detail}; renewing it failed ({backoff.reason}), "
+                                     f"{when}")
 
     def identity(self) -> str | None:
         """The app, whatever token it holds today."""
@@ -275,7 +315,8 @@ class AppCredential(_Listeners):
             expires_ms=grant.expires_ms, viewer_id=viewer_id, viewer_name=viewer_name,
             organization_id=organization_id, organization_name=organization_name,
             installed_ms=now)
-        with self._lock:
+        # After any renewal in flight: its older pair must not replace the install's.
+        with self._renewing, self._lock:
             with self._file.locked():
                 self._file.write(tokens)
             self._adopt(tokens)
@@ -293,7 +334,55 @@ class AppCredential(_Listeners):
 
     def _may_retry(self, now: int) -> bool:
         return self._problem is not None and self._problem.condition == "unreachable" \
-            and now >= self._retry_at
+            and not self._backoff.waiting(now)
+
+    def _to_renew(self, now: int) -> str | None:
+        """None: use the token held. Else renew first (the stale token, "" when none).
+
+        Raises:
+            LinearAuthUnavailable: no token works, and none may be fetched now.
+        """
+        self._note_expiry(now)
+        if self._problem is not None:
+            if not self._may_retry(now):
+                raise LinearAuthUnavailable(self._problem.detail + f" ({self._problem.fix})")
+            return self._tokens.access_token if self._tokens else ""
+        tokens = self._tokens
+        if tokens is None:
+            if self.grant == "authorization_code":
+                raise LinearAuthUnavailable(f"the Linear app is not installed ({INSTALL_FIX})")
+            return ""
+        if now < tokens.refresh_due_ms(REFRESH_WHEN_LEFT) or now < tokens.expires_ms and (
+                self._backoff.waiting(now) or self._renewing.locked()):
+            return None  # not due, or due and being (or soon) renewed: this one still works
+        return tokens.access_token
+
+    def _working(self) -> str:
+        """The header of a token that works now.
+
+        Raises:
+            LinearAuthUnavailable: none does.
+        """
+        tokens, now = self._tokens, self._now()
+        self._note_expiry(now)
+        if self._problem is not None:
+            raise LinearAuthUnavailable(self._problem.detail + f" ({self._problem.fix})")
+        if tokens is None or now >= tokens.expires_ms:
+            raise LinearAuthUnavailable(f"no working token for the Linear app ({INSTALL_FIX})")
+        return f"Bearer {tokens.access_token}"
+
+    def _note_expiry(self, now: int) -> None:
+        """The token ran out while the renewal waits after a failure: no token works now."""
+        tokens = self._tokens
+        if self._problem is None and self._backoff.reason and tokens is not None \
+                and now >= tokens.expires_ms:
+            self._set_problem(self._unreachable(self._backoff.reason))
+
+    def _unreachable(self, reason: str, refused: bool = False) -> AuthState:
+        what = "Linear refused the app's token" if refused else "the app's token expired"
+        return AuthState("unreachable", self.kind, f"{what} and renewing it failed: {reason}",
+                         "wakeline asks again soon (after 1 s, doubling, at most a minute); "
+                         "check that the host reaches Linear")
 
     def _load(self) -> None:
         """Pick up the file when it changed on disk (an install, another process's renewal)."""
@@ -342,68 +431,112 @@ class AppCredential(_Listeners):
                         extra={"error": str(problem), "reason": exc.__class__.__name__})
 
     def _adopt(self, tokens: StoredTokens) -> None:
-        self._tokens = tokens
+        held, self._tokens = self._tokens, tokens
         self._stamp = self._file.stamp()
         self._remember(tokens.access_token)
         if tokens.refresh_token:
             self._remember(tokens.refresh_token)
+        if held is None or held.access_token != tokens.access_token:
+            self._backoff.reset()  # a new token; the same one read again changes nothing
         self._problem = None
-        self._retry_at = 0
         self._change(AuthState("ok", self.kind, self._describe(tokens), None, tokens.expires_ms))
 
-    def _renew(self, stale: str | None, now: int, *, forced: bool) -> None:
-        """Renew, unless the file (under its lock) already holds a newer token than `stale`.
-        `forced`: Linear refused `stale`, so it cannot stand in while the endpoint is down."""
-        if self._endpoint is None:
-            self._set_problem(AuthState(
-                "refused", self.kind, "no client secret to renew the app's token with",
-                "put the client secret in linear.client_secret_file, restart"))
-            raise LinearAuthUnavailable(self._state.detail)
+    # --- the renewal (under `_renewing`; `_lock` only around what it reads and records) ------
+
+    def _renew_in_background(self, stale: str | None) -> None:
         try:
-            with self._file.locked():
-                try:
-                    latest = self._file.read()
-                except TokenFileInvalid:
-                    latest = None  # renewing replaces it (client credentials); else refused below
-                if latest is not None and latest.access_token != stale \
-                        and now < latest.refresh_due_ms(REFRESH_WHEN_LEFT):
-                    self._adopt(latest)  # another process (or an install) renewed it
+            self._renew(stale, forced=False)
+        except Exception:
+            log.exception("renewing the Linear app's token failed")
+
+    def _renew(self, stale: str | None, *, forced: bool) -> None:
+        """Renew, unless another thread did (or failed, and waits) meanwhile, or the file
+        (under its lock) already holds a newer token than `stale`. The outcome is recorded,
+        never raised. `forced`: Linear refused `stale`, so it cannot stand in while the
+        endpoint is down."""
+        with self._renewing:
+            with self._lock:
+                self._load()
+                now = self._now()
+                if self._problem is not None and not self._may_retry(now):
+                    return  # refused, or a failure's wait not over: renewing again changes nothing
+                held = self._tokens
+                if held is not None and held.access_token != stale and self._problem is None \
+                        and now < held.refresh_due_ms(REFRESH_WHEN_LEFT):
+                    return  # renewed meanwhile
+                if not forced and self._backoff.waiting(now):
+                    return  # failed meanwhile: the token held is used until the next attempt
+                if self._endpoint is None:
+                    self._set_problem(AuthState(
+                        "refused", self.kind, "no client secret to renew the app's token with",
+                        "put the client secret in linear.client_secret_file, restart"))
                     return
-                grant = self._fetch(latest)
-                base = latest or self._tokens
-                tokens = StoredTokens(
-                    grant=self.grant, client_id=self._client_id, access_token=grant.access_token,
-                    refresh_token=grant.refresh_token, scope=grant.scope or (base.scope if base else ""),
-                    received_ms=grant.received_ms, expires_ms=grant.expires_ms,
-                    viewer_id=base.viewer_id if base else None,
-                    viewer_name=base.viewer_name if base else None,
-                    organization_id=base.organization_id if base else None,
-                    organization_name=base.organization_name if base else None,
-                    installed_ms=base.installed_ms if base else grant.received_ms)
-                try:
-                    self._file.write(tokens)  # the rotated refresh token is durable before use
-                except OSError:
-                    # Linear already rotated the pair: keep it in memory, it works until this
-                    # process stops; the old one on disk is spent either way.
-                    log.exception("the renewed token could not be saved")
-            self._adopt(tokens)
-            log.info("linear app token renewed", extra={"grant": self.grant,
-                                                        "expires_at": iso(tokens.expires_ms)})
-        except TokenRefused as exc:
-            why = f"Linear refused to renew the app's token ({exc.error})"
-            self._set_problem(AuthState("refused", self.kind, why, INSTALL_FIX))
-            raise LinearAuthUnavailable(f"{why}: {INSTALL_FIX}") from None
-        except (TokenEndpointUnavailable, OSError) as exc:  # OSError: the lock file
-            self._retry_at = now + RETRY_AFTER_MS
-            tokens = self._tokens
-            if tokens is not None and now < tokens.expires_ms and not forced:
-                log.warning("linear token endpoint unavailable; the current token still works",
-                            extra={"error": str(exc)})
+            try:
+                fresh, fetched = self._exchange(stale, held, now)
+            except TokenRefused as exc:
+                with self._lock:
+                    self._set_problem(AuthState(
+                        "refused", self.kind,
+                        f"Linear refused to renew the app's token ({exc.error})", INSTALL_FIX))
                 return
-            self._set_problem(AuthState(
-                "unreachable", self.kind, f"the app's token expired and renewing it failed: {exc}",
-                "wakeline tries again every minute; check that the host reaches Linear"))
-            raise LinearAuthUnavailable(self._state.detail) from None
+            except (TokenEndpointUnavailable, OSError) as exc:  # OSError: the lock file
+                reason = str(exc)
+            except Exception as exc:  # the shared row's database, or a bug: a wait too
+                log.exception("renewing the Linear app's token failed")
+                reason = exc.__class__.__name__
+            else:
+                with self._lock:
+                    self._adopt(fresh)
+                if fetched:
+                    log.info("linear app token renewed",
+                             extra={"grant": self.grant, "expires_at": iso(fresh.expires_ms)})
+                return
+            with self._lock:
+                self._renewal_failed(reason, forced)  # asked again after a wait, never in a loop
+
+    def _exchange(self, stale: str | None, held: StoredTokens | None,
+                  now: int) -> tuple[StoredTokens, bool]:
+        """Under the file's lock: the newer pair someone else stored, or a new one from the
+        endpoint, durable before it is returned (True: fetched here)."""
+        with self._file.locked():
+            try:
+                latest = self._file.read()
+            except TokenFileInvalid:
+                latest = None  # renewing replaces it (client credentials); else refused below
+            if latest is not None and latest.access_token != stale \
+                    and now < latest.refresh_due_ms(REFRESH_WHEN_LEFT):
+                return latest, False  # another process (or an install) renewed it
+            grant = self._fetch(latest)
+            base = latest or held
+            tokens = StoredTokens(
+                grant=self.grant, client_id=self._client_id, access_token=grant.access_token,
+                refresh_token=grant.refresh_token, scope=grant.scope or (base.scope if base else ""),
+                received_ms=grant.received_ms, expires_ms=grant.expires_ms,
+                viewer_id=base.viewer_id if base else None,
+                viewer_name=base.viewer_name if base else None,
+                organization_id=base.organization_id if base else None,
+                organization_name=base.organization_name if base else None,
+                installed_ms=base.installed_ms if base else grant.received_ms)
+            try:
+                self._file.write(tokens)  # the rotated refresh token is durable before use
+            except OSError:
+                # Linear already rotated the pair: keep it in memory, it works until this
+                # process stops; the old one on disk is spent either way.
+                log.exception("the renewed token could not be saved")
+            return tokens, True
+
+    def _renewal_failed(self, reason: str, forced: bool) -> None:
+        now = self._now()
+        delay = self._backoff.failed(now, reason)
+        tokens = self._tokens
+        live = tokens is not None and now < tokens.expires_ms
+        if live and not forced:
+            log.warning("linear token endpoint unavailable; the current token still works",
+                        extra={"error": reason, "retry_in_seconds": delay / 1000})
+            return
+        log.warning("linear token endpoint unavailable and no token works",
+                    extra={"error": reason, "retry_in_seconds": delay / 1000})
+        self._set_problem(self._unreachable(reason, refused=live))
 
     def _fetch(self, latest: StoredTokens | None) -> Grant:
         assert self._endpoint is not None
@@ -416,7 +549,7 @@ class AppCredential(_Listeners):
     def _set_problem(self, state: AuthState) -> None:
         self._problem = state
         if state.condition != "unreachable":
-            self._retry_at = 0
+            self._backoff.reset()  # nothing to ask again: only a new install changes it
         self._change(state)
 
     def _change(self, state: AuthState) -> None:
