@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from peewee import Database, SqliteDatabase
+from peewee import Database, OperationalError, SqliteDatabase
 from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from wakeline.errors import WakelineError
@@ -248,6 +248,9 @@ def open_database(target: Path | str, *, busy_timeout: float = BUSY_TIMEOUT_SECO
     db = WriterQueueDatabase(
         str(path),
         pragmas={
+            # Before journal_mode: on a new file, WAL writes the header, and auto_vacuum can
+            # change only before that (or with a VACUUM: `_vacuum_incrementally`).
+            "auto_vacuum": "incremental",
             "journal_mode": "wal",
             "synchronous": "full",
             "foreign_keys": 1,
@@ -261,10 +264,29 @@ def open_database(target: Path | str, *, busy_timeout: float = BUSY_TIMEOUT_SECO
     )
     db.connect(reuse_if_open=True)
     migrate(db)
+    _vacuum_incrementally(db)
     for owned in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if owned.exists():
             owned.chmod(0o600)
     return db
+
+
+def _vacuum_incrementally(db: Database) -> None:
+    """A file made before retention (decision 0030) keeps its freed pages: convert it once,
+    so pruning can give them back (`PRAGMA incremental_vacuum`). VACUUM rewrites the whole
+    file, so the first start after the upgrade takes a moment on a large store. Refused (a
+    reader elsewhere), it is tried again at the next start; pruning still frees pages for
+    reuse meanwhile."""
+    if int(db.execute_sql("PRAGMA auto_vacuum").fetchone()[0]) == 2:  # 2: incremental
+        return
+    log.info("converting the database to incremental vacuum, once; this rewrites the file")
+    try:
+        db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")
+        db.execute_sql("VACUUM")
+        db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")  # VACUUM wrote the whole file there
+    except OperationalError as exc:
+        log.warning("the database stays without incremental vacuum until the next start",
+                    extra={"error": str(exc)})
 
 
 def open_postgres(url: str, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS,
