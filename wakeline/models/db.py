@@ -16,8 +16,9 @@ the writers that read before they write lock the rows they change
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -245,12 +246,16 @@ def open_database(target: Path | str, *, busy_timeout: float = BUSY_TIMEOUT_SECO
         return open_postgres(target, busy_timeout=busy_timeout, max_connections=max_connections)
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        # Only a new file takes auto_vacuum without a VACUUM, and only before its header is
+        # written (WAL writes it). Not a pragma of every connection: on a file in use,
+        # setting it waits for the write lock.
+        with closing(sqlite3.connect(path)) as first:
+            first.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            first.execute("PRAGMA journal_mode = WAL")
     db = WriterQueueDatabase(
         str(path),
         pragmas={
-            # Before journal_mode: on a new file, WAL writes the header, and auto_vacuum can
-            # change only before that (or with a VACUUM: `_vacuum_incrementally`).
-            "auto_vacuum": "incremental",
             "journal_mode": "wal",
             "synchronous": "full",
             "foreign_keys": 1,
