@@ -75,8 +75,8 @@ def fill(store: Store) -> dict[str, set[Any]]:
         terminal(store, cid)
     for start in range(0, IGNORED, 64):
         store.admit([other(T0 + start) for _ in range(64)])
-    # An open conversation: an earlier session (prunable), then the current one (kept); its
-    # control thread has shown only its first result.
+    # An open conversation: an earlier session, then the current one, whose newest entry stays;
+    # its control thread has shown only its first result.
     a = admit(store, "open", T0, session="s-old")
     run_turn(store, a, T0 + 1)
     for n in (2, 3):
@@ -112,8 +112,8 @@ def fill(store: Store) -> dict[str, set[Any]]:
     c, d, receipts = store.t.conversations, store.t.deliveries, store.t.receipts
     closed = [row.id for row in c.select().where(c.key.startswith("closed-"))]
     keep_deliveries = {row.id for row in d.select().where(
-        d.conversation_id.not_in(closed)
-        & ~((d.conversation_id == a) & (d.received_at == T0)))}  # all but s-old's
+        d.conversation_id.not_in(closed) & (d.conversation_id != a))} | {
+        max(row.id for row in d.select().where(d.conversation_id == a))}  # s-now's newest
     return {
         "deliveries": keep_deliveries,
         "turn_results": set(owed),

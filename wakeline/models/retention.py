@@ -14,8 +14,8 @@ Kept whatever their age:
 
 - a FIFO entry pending, claimed or held, or one of a turn still in flight (its
   finalisation counts them);
-- an open conversation's entries of its current agent session (`Fifo.knows_session`: a
-  follow-up prompt there is not taken for a new session);
+- an open conversation's newest entry of its current agent session (`Fifo.knows_session`:
+  a follow-up prompt there is not taken for a new session);
 - an open conversation's latest turn result (`GET /v1/conversations/{id}`), and those its
   control thread has not shown yet (`Bindings.unanswered`);
 - an effect not settled (prepared, dispatched, `outcome_unknown`); a confirmed one at least
@@ -51,20 +51,27 @@ PRUNE_BATCH_ROWS = 300
 VACUUM_PAGES_PER_STEP = 500
 RETENTION_LOCK = "retention"
 
+# An open conversation keeps its current session's newest entry. (`x.state IN` every
+# state: so the FIFO index ranges over the ids after `d`.)
 _DELIVERIES = """DELETE FROM deliveries WHERE id IN (
     SELECT d.id FROM deliveries d JOIN conversations c ON c.id = d.conversation_id
     WHERE d.state = 'completed' AND d.completed_at < ?
       AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.id = d.turn_id)
       AND NOT (c.terminal = 0 AND c.agent_session_id IS NOT NULL
-               AND COALESCE({session}, '') = c.agent_session_id)
+               AND COALESCE({session}, '') = c.agent_session_id
+               AND NOT EXISTS (
+                   SELECT 1 FROM deliveries x WHERE x.conversation_id = d.conversation_id
+                     AND x.state IN ('pending', 'claimed', 'completed', 'held') AND x.id > d.id
+                     AND {later_session} = c.agent_session_id))
     ORDER BY d.completed_at LIMIT ?)"""
 _TURN_RESULTS = """DELETE FROM turn_results WHERE id IN (
     SELECT r.id FROM turn_results r JOIN conversations c ON c.id = r.conversation_id
     WHERE r.finished_at < ?
       AND (c.terminal = 1 OR (
           r.id < (SELECT MAX(x.id) FROM turn_results x WHERE x.conversation_id = r.conversation_id)
-          AND NOT EXISTS (SELECT 1 FROM control_bindings b WHERE b.conversation_id = r.conversation_id
-                          AND r.id > COALESCE(b.answered_through, 0))))
+          AND NOT EXISTS (SELECT 1 FROM control_bindings b
+                          WHERE b.conversation_id = r.conversation_id
+                            AND r.id > COALESCE(b.answered_through, 0))))
     ORDER BY r.finished_at LIMIT ?)"""
 # Settled only; an intent at least the evidence window, a confirmed write the dedupe window.
 _EFFECTS = """DELETE FROM effects WHERE id IN (
@@ -120,7 +127,8 @@ class Retention:
         self._batch, self._pages = batch, pages_per_step
         self._on_pruned = on_pruned
         self._deliveries = _DELIVERIES.format(
-            session=self._dialect.json_text_sql("d.envelope", "session_id"))
+            session=self._dialect.json_text_sql("d.envelope", "session_id"),
+            later_session=self._dialect.json_text_sql("x.envelope", "session_id"))
         self._current: PassReport | None = None
         self._next = 0  # index into TABLES; len(TABLES): giving pages back
         self.last: PassReport | None = None

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import on_postgres
-from tests.unit.models.test_echoes import T0, admit as admit_event, intent, moved, router  # noqa: F401
+from tests.conftest import issue_event, on_postgres
+from tests.unit.models.test_echoes import (  # noqa: F401 (router: a fixture)
+    T0, admit as admit_event, intent, moved, router)
 from tests.unit.models.test_fifo_state_machine import plan_for
 from wakeline.config import Config
 from wakeline.models.bindings import Binding
@@ -24,7 +25,6 @@ from wakeline.models.retention import DAY_MS, HOUR_MS, Retention
 from wakeline.models.states import Outcome, TurnResultKind
 from wakeline.models.store import Store
 from wakeline.routing import Router
-from tests.conftest import issue_event
 
 KEEP = DAY_MS  # keep_days = 1 in these tests; the dedupe window is 24 h unless said
 
@@ -89,14 +89,16 @@ def effect(store: Store, now: int, kind: EffectKind = EffectKind.COMMENT) -> str
 
 
 def test_finished_work_past_keep_days_goes_and_open_work_stays(store: Store) -> None:
-    # An open conversation: an earlier agent session's turn, then the current session's.
+    # An open conversation: an earlier agent session's turn, then the current session's. The
+    # newest entry of the current session stays: a follow-up prompt is known by it.
     a = admit(store, "a", T0, session="s-old")
     admit(store, "a", T0 + 1, session="s-old")
     run_turn(store, a, T0 + 2)
-    old_a = deliveries_of(store, a)
     admit(store, "a", T0 + 100, session="s-new")
     run_turn(store, a, T0 + 101)
-    current_a = deliveries_of(store, a) - old_a
+    admit(store, "a", T0 + 200, session="s-new")
+    run_turn(store, a, T0 + 201)
+    current_a = {max(deliveries_of(store, a))}
     # A closed conversation: everything of it may go.
     b = admit(store, "b", T0)
     run_turn(store, b, T0 + 1)
@@ -121,12 +123,13 @@ def test_finished_work_past_keep_days_goes_and_open_work_stays(store: Store) -> 
     report = retention(store).run(T0 + 2 * DAY_MS)
 
     assert deliveries_of(store, a) == current_a
+    assert store.fifo.knows_session(a, "s-new") and not store.fifo.knows_session(a, "s-old")
     assert deliveries_of(store, b) == set()
     assert len(deliveries_of(store, c)) == 1 and len(deliveries_of(store, e)) == 1
     assert len(deliveries_of(store, d)) == 2
     assert len(results_of(store, a)) == 1 and results_of(store, b) == []
     assert rows(store, "receipts") == kept_receipts
-    assert report.rows == {"deliveries": 3, "turn_results": 2, "effects": 0,
+    assert report.rows == {"deliveries": 4, "turn_results": 3, "effects": 0,
                            "receipts": len(before["receipts"]) - len(kept_receipts)}
     assert rows(store, "deliveries") < before["deliveries"]
     assert store.t.conversations.select().count() == 6  # five issues and the inbox
