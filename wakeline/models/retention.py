@@ -3,12 +3,12 @@
 A pass visits the tables in an order that frees what the next one needs: completed FIFO
 entries, turn results, settled effects, then receipts (a receipt goes only once no FIFO
 entry, inbox message or held delivery refers to it). Each step is one short transaction
-that deletes at most `batch` rows of one table, so an admission or a turn's finalisation
-waits behind one step at most. On SQLite the pass ends by giving the freed pages back to
-the file (`auto_vacuum = INCREMENTAL`), a bounded number a step. Whoever runs the steps
-(echo memory's thread) handles its other messages between them. Hosts that share one
-PostgreSQL database take turns: a step that finds another host's step under way skips the
-rest of its pass.
+that deletes at most `batch` rows of one table (a sixth of that of turn results, whose
+output can be large), so an admission or a turn's finalisation waits behind one step at
+most. On SQLite the pass ends by giving the freed pages back to the file (`auto_vacuum =
+INCREMENTAL`), a bounded number a step. Whoever runs the steps (echo memory's thread)
+handles its other messages between them. Hosts that share one PostgreSQL database take
+turns: a step that finds another host's step under way ends its own pass.
 
 Kept whatever their age:
 
@@ -47,6 +47,8 @@ DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
 # Rows one step deletes: a few milliseconds of the writer lock.
 PRUNE_BATCH_ROWS = 300
+# A turn result carries up to 64 KB of output: a sixth of the batch frees as many pages.
+TURN_RESULTS_SHARE = 6
 # Pages one step gives back to the file (2 MB of 4 KiB pages).
 VACUUM_PAGES_PER_STEP = 500
 RETENTION_LOCK = "retention"
@@ -191,7 +193,7 @@ class Retention:
                 report.stopped = "another host is pruning"
                 return False
             report.rows[table] = report.rows.get(table, 0) + gone
-            if gone < self._batch:
+            if gone < self._limit(table):
                 self._next += 1
             return True
         with self._db.atomic():
@@ -213,18 +215,22 @@ class Retention:
             self._on_pruned(table, gone)
         return gone
 
+    def _limit(self, table: str) -> int:
+        return max(1, self._batch // TURN_RESULTS_SHARE) if table == "turn_results" \
+            else self._batch
+
     def _statement(self, table: str, now: int) -> tuple[str, tuple[Any, ...]]:
-        keep = now - self.keep_ms
+        keep, limit = now - self.keep_ms, self._limit(table)
         if table == "deliveries":
-            return self._deliveries, (keep, self._batch)
+            return self._deliveries, (keep, limit)
         if table == "turn_results":
-            return _TURN_RESULTS, (keep, self._batch)
+            return _TURN_RESULTS, (keep, limit)
         if table == "effects":
             intents = now - max(self.keep_ms, EVIDENCE_KEPT_MS)
             confirmed = now - max(self.keep_ms, self.dedupe_ms)
-            return _EFFECTS, (keep, intents, confirmed, keep, self._batch)
+            return _EFFECTS, (keep, intents, confirmed, keep, limit)
         if table == "receipts":
-            return _RECEIPTS, (now - max(self.keep_ms, self.dedupe_ms), self._batch)
+            return _RECEIPTS, (now - max(self.keep_ms, self.dedupe_ms), limit)
         raise ValueError(f"no retention for table {table!r}")
 
     # --- doctor ------------------------------------------------------------------------------

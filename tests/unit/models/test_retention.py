@@ -230,6 +230,17 @@ def test_a_step_deletes_at_most_one_batch(store: Store) -> None:
     assert steps >= 3 + len(("deliveries", "turn_results", "effects"))
 
 
+def test_turn_results_go_a_sixth_of_a_batch_at_a_time(store: Store) -> None:
+    """A result carries up to 64 KB of output: fewer of them make as short a step."""
+    cid = admit(store, "a", T0)
+    for n in range(5):
+        run_turn(store, cid, T0 + 100 * n)
+        admit(store, "a", T0 + 100 * n + 50)
+    terminal(store, cid)
+    small = retention(store, batch=12)
+    assert [small.prune("turn_results", T0 + 2 * DAY_MS) for _ in range(4)] == [2, 2, 1, 0]
+
+
 @pytest.mark.skipif(not on_postgres(), reason="hosts share a database only on PostgreSQL")
 def test_a_host_skips_its_pass_while_another_prunes(store: Store, config: Config) -> None:
     import psycopg
