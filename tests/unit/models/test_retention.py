@@ -1,18 +1,20 @@
 """The store's retention (`[store] keep_days`): what goes, what always stays, in small batches.
 
 Store-level, on a real store (SQLite in tmp_path, or PostgreSQL under
-`WAKELINE_TEST_DATABASE=postgres`), with explicit instants: a pass is run at a chosen `now`.
+`WAKELINE_TEST_DATABASE=postgres`), with explicit instants: a pass is run at a chosen `now`
+(the frozen clock's, for the retries through the ingress).
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from tests.conftest import issue_event, on_postgres
+from tests.conftest import issue_event, now_ms, on_postgres, session_event, signed
 from tests.unit.models.test_echoes import (  # noqa: F401 (router: a fixture)
     T0, admit as admit_event, intent, moved, router)
 from tests.unit.models.test_fifo_state_machine import plan_for
@@ -34,9 +36,9 @@ def retention(store: Store, keep_ms: int = KEEP, dedupe_ms: int = 24 * HOUR_MS,
     return Retention(store.db, keep_ms, dedupe_ms, **kw)
 
 
-def other(now: int, *, inbox: bool = False, delivery_id: str | None = None) -> AdmissionPlan:
+def other(now: int, *, inbox: bool = False) -> AdmissionPlan:
     """A delivery that joins no FIFO: ignored (a receipt only), or an unread inbox message."""
-    delivery_id = delivery_id or str(uuid.uuid4())
+    delivery_id = str(uuid.uuid4())
     parsed = InboundDelivery(
         delivery_id=delivery_id, body_sha256=hashlib.sha256(delivery_id.encode()).hexdigest(),
         event_type="Comment", action="create", webhook_ms=now, envelope=None, subject=None,
@@ -115,7 +117,7 @@ def test_finished_work_past_keep_days_goes_and_open_work_stays(store: Store) -> 
     store.admit([other(T0), other(T0, inbox=True)])
     inbox_receipt = store.t.inbox.get().receipt_id
     store.gates.request(a, T0)
-    before = {t: rows(store, t) for t in ("receipts", "deliveries", "turn_results")}
+    receipts_before = len(rows(store, "receipts"))
     kept_receipts = {r.receipt_id for r in store.t.deliveries.select().where(
         store.t.deliveries.id.in_(current_a | deliveries_of(store, c) | deliveries_of(store, d)
                                   | deliveries_of(store, e)))} | {inbox_receipt}
@@ -130,25 +132,27 @@ def test_finished_work_past_keep_days_goes_and_open_work_stays(store: Store) -> 
     assert len(results_of(store, a)) == 1 and results_of(store, b) == []
     assert rows(store, "receipts") == kept_receipts
     assert report.rows == {"deliveries": 4, "turn_results": 3, "effects": 0,
-                           "receipts": len(before["receipts"]) - len(kept_receipts)}
-    assert rows(store, "deliveries") < before["deliveries"]
+                           "receipts": receipts_before - len(kept_receipts)}
     assert store.t.conversations.select().count() == 6  # five issues and the inbox
     assert store.gates.get(a).phase.value == "planning"
     assert store.fifo.turn_status(store.t.turns.get(store.t.turns.conversation_id == d).id)[0]
 
 
-def test_a_receipt_stays_for_the_dedupe_window_however_short_keep_days_is(store: Store) -> None:
-    [first] = store.admit([other(T0, delivery_id="linear-delivery-1")])
-    assert first.outcome is Outcome.IGNORED
-    tiny = retention(store, keep_ms=60_000)  # keep_days: one minute
+def test_a_retry_inside_the_dedupe_window_is_a_duplicate_however_short_keep_days_is(
+        frozen: Any, ingress: Any, store: Store) -> None:
+    def linear_sends() -> Any:
+        """Delivery `d-1`, as Linear retries it: the same id, signed again now."""
+        raw, headers = signed(session_event(identifier="XYZ-1"), delivery="d-1")
+        return ingress.simulate_post("/webhooks/linear", body=raw, headers=headers).json
 
-    assert tiny.run(T0 + 7 * HOUR_MS).rows["receipts"] == 0  # Linear's 6 h retry still comes
-    [retry] = store.admit([other(T0 + 7 * HOUR_MS, delivery_id="linear-delivery-1")])
-    assert (retry.outcome, retry.first_outcome) == (Outcome.DUPLICATE, Outcome.IGNORED)
-
-    assert tiny.run(T0 + 25 * HOUR_MS).rows["receipts"] == 1
-    [late] = store.admit([other(T0 + 25 * HOUR_MS, delivery_id="linear-delivery-1")])
-    assert late.outcome is Outcome.IGNORED  # past the window: new again
+    assert linear_sends() == {"outcome": "ignored", "reason": "team_not_routed"}
+    tiny = retention(store, keep_ms=60_000)  # keep_days: one minute; dedupe_hours: 24
+    frozen.tick(timedelta(hours=7))  # Linear's last retry comes about 6 h after a failure
+    assert tiny.run(now_ms()).rows["receipts"] == 0
+    assert linear_sends() == {"outcome": "duplicate", "first_outcome": "ignored"}
+    frozen.tick(timedelta(hours=18))
+    assert tiny.run(now_ms()).rows["receipts"] == 1
+    assert linear_sends()["outcome"] == "ignored"  # past the window, it would be new again
 
 
 def test_settled_effects_go_by_their_windows_and_unsettled_ones_never(store: Store) -> None:
