@@ -160,7 +160,7 @@ class Retention:
     def step(self, now: int) -> bool:
         """One step of the pass under way; True when more steps are owed.
 
-        An error ends the pass (logged, and shown by `check`); the next pass starts over.
+        An error ends the pass (logged, and shown by `checks`); the next pass starts over.
         """
         report = self._current
         if report is None:
@@ -173,8 +173,9 @@ class Retention:
         if not more:
             report.ended_ms = now
             self.last, self._current = report, None
-            log.info("store pruned", extra={"rows": report.rows, "pages": report.pages,
-                                            "stopped": report.stopped})
+            log.log(logging.INFO if any(report.rows.values()) or report.pages else logging.DEBUG,
+                    "store pruned", extra={"rows": report.rows, "pages": report.pages,
+                                           "stopped": report.stopped})
         return more
 
     def run(self, now: int) -> PassReport:
@@ -244,5 +245,8 @@ class Retention:
             detail += f"; {self._dialect.size_bytes(self._db) / 1e6:.1f} MB on disk"
         except Exception:  # noqa: BLE001 - the size is a courtesy
             log.debug("store size unavailable", exc_info=True)
-        ok = last is None or last.stopped is None or not last.stopped.startswith("failed")
-        return [{"name": "store_retention", "ok": ok, "detail": detail}]
+        if last is not None and (last.stopped or "").startswith("failed"):
+            return [{"name": "store_retention", "ok": False, "detail": detail,
+                     "fix": "see the log's \"pruning the store failed\"; the next pass (in a "
+                            "minute) tries again"}]
+        return [{"name": "store_retention", "ok": True, "detail": detail}]
