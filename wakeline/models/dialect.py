@@ -56,6 +56,7 @@ class Dialect:
     name = "sqlite"
     # Appended to a SELECT that reads rows this transaction will change: none needed here.
     for_update = ""
+    _json_text = "json_extract({column}, '$.{key}')"
 
     def sql(self, text: str) -> str:
         """Fixed SQL (with `?` placeholders) as this backend's driver takes it."""
@@ -99,7 +100,7 @@ class Dialect:
         """`json_text` as fixed SQL: the text of the top-level `key` of a JSON column."""
         if not _KEY.fullmatch(key) or not _COLUMN.fullmatch(column):
             raise ValueError(f"not a plain column and JSON key: {column!r}, {key!r}")
-        return f"json_extract({column}, '$.{key}')"
+        return self._json_text.format(column=column, key=key)
 
     def give_back_pages(self, db: Database, most: int) -> int:
         """Return up to `most` free pages to the file, inside the caller's write transaction
@@ -144,6 +145,7 @@ class PostgresDialect(Dialect):
 
     name = "postgresql"
     for_update = " FOR UPDATE"
+    _json_text = "CAST({column} AS jsonb) ->> '{key}'"
 
     # SQLite DDL -> PostgreSQL DDL, applied in order to every migration statement.
     _DDL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -207,11 +209,6 @@ class PostgresDialect(Dialect):
     def try_lock(self, db: Database, name: str) -> bool:
         return bool(db.execute_sql("SELECT pg_try_advisory_xact_lock(%s)",
                                    (_lock_key(name),)).fetchone()[0])
-
-    def json_text_sql(self, column: str, key: str) -> str:
-        if not _KEY.fullmatch(key) or not _COLUMN.fullmatch(column):
-            raise ValueError(f"not a plain column and JSON key: {column!r}, {key!r}")
-        return f"CAST({column} AS jsonb) ->> '{key}'"
 
     def give_back_pages(self, db: Database, most: int) -> int:
         # Autovacuum marks the space of deleted rows for reuse; the table stops growing
