@@ -95,6 +95,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--rate", type=float, default=20.0, help="deliveries per second")
+    ap.add_argument("--keep-days", type=float, default=None,
+                    help="[store] keep_days: a short one shows the database level off")
+    ap.add_argument("--dedupe-hours", type=float, default=None, help="[store] dedupe_hours")
+    ap.add_argument("--ack-inbox", action="store_true",
+                    help="acknowledge what each inbox read showed: unread messages are kept for "
+                    "good (decision 0005), so without it the database never levels off")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="wakeline-soak-"))
     webhook, operator = free_port(), free_port()
@@ -107,6 +113,9 @@ operator_port = {operator}
 [agent]
 command = {json.dumps(["/bin/sh", "-c", "cat >/dev/null; echo done"])}
 max_concurrent_turns = 4
+[store]
+{f"keep_days = {args.keep_days}" if args.keep_days is not None else ""}
+{f"dedupe_hours = {args.dedupe_hours}" if args.dedupe_hours is not None else ""}
 [[routes]]
 name = "eng"
 teams = ["ENG"]
@@ -160,7 +169,10 @@ projects = ["5b1d0c2e-7a4d-4f7e-9d1a-000000000001"]
                 sent += 1
                 refused += resp.status_code != 200
             for path in ("/v1/inbox?view=headlines", "/v1/journal?limit=50", "/v1/status"):
-                http.get(api + path, headers=auth, timeout=30)
+                read = http.get(api + path, headers=auth, timeout=30)
+                if args.ack_inbox and path.startswith("/v1/inbox") and read.json()["events"]:
+                    http.post(api + "/v1/inbox/ack", headers=auth, timeout=30,
+                              json={"cursor": read.json()["events"][-1]["cursor"]})
             time.sleep(max(0.0, 1.0 - 0.001))
         rows.append({**sample(child.pid, root / "state"), "minute": args.minutes, "sent": sent})
     finally:

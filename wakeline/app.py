@@ -39,6 +39,7 @@ from wakeline.metrics import Metrics
 from wakeline.models.envelopes import ControlMessage
 from wakeline.models.journal_table import JournalTable
 from wakeline.models.outbox import EffectKind
+from wakeline.models.retention import Retention
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import Outcome
 from wakeline.models.store import Store
@@ -90,6 +91,8 @@ OWNERSHIP_EVERY_TICKS = 4
 ECHO_SWEEP_EVERY_TICKS = 20
 # Matrix connections send what waits (approved before a restart, retries) once a second.
 MATRIX_EVERY_TICKS = 2
+# The store's retention begins a pass once a minute (`[store] keep_days`, decision 0030).
+STORE_PRUNE_EVERY_TICKS = 120
 
 log = logging.getLogger(__name__)
 
@@ -364,8 +367,10 @@ def build_service(
         matrix = MatrixRoutes(config, store, clock, secrets, recorder, matrix_woke,
                               metrics.registry)
         scheduler.roles.add("matrix", matrix.start, matrix.stop_sync)
+    retention = Retention.of(store.db, config.store.keep_days, config.store.dedupe_hours,
+                             metrics.pruned)
     echo_memory = EchoMemory.start(store, clock, lambda ids: supervisor.wake.defer(ids),
-                                   config.linear.echo_window_seconds * 1000).proxy()
+                                   config.linear.echo_window_seconds * 1000, retention).proxy()
     tracker.subscribe_intents(lambda ids: echo_memory.intents.defer(ids))
 
     def mutation_settled(write: Any) -> None:
@@ -467,7 +472,8 @@ def build_service(
             echo_memory=echo_memory, journal=journal_file, credential=credential,
             installer=installer, live_turns=turn_env.live, matrix=matrix,
             workflow=workflow if workflow.routes() else None,
-            extra_checks=[check for check in (discord.checks if discord is not None else None,
+            extra_checks=[check for check in (retention.checks,
+                                              discord.checks if discord is not None else None,
                                               matrix.doctor if matrix is not None else None,
                                               engine.checks if engine is not None else None)
                           if check is not None],
@@ -495,6 +501,8 @@ def build_service(
         if ticks[0] % ECHO_SWEEP_EVERY_TICKS == 0:
             echo_memory.sweep.defer()
             journal.maintain.defer()
+        if ticks[0] % STORE_PRUNE_EVERY_TICKS == 0:
+            echo_memory.prune_store.defer()
         # Matrix sends and Discord's sweeps (terminal intent, answers owed) run where the
         # connection's role is, so two hosts never do them twice.
         if matrix is not None and ticks[0] % MATRIX_EVERY_TICKS == 0 \

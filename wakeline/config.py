@@ -130,6 +130,20 @@ class InboxConfig(_Section):
     )
 
 
+class StoreConfig(_Section):
+    """How long the store keeps what is finished (decision 0030)."""
+
+    keep_days: float = Field(
+        30.0, gt=0, le=3650, description="Receipts, completed FIFO deliveries, turn results and "
+        "settled effects older than this are pruned (never what is pending, claimed, held or of "
+        "unknown outcome, nor what an open conversation still needs).",
+    )
+    dedupe_hours: float = Field(
+        24.0, gt=0, le=87_600, description="A receipt is kept at least this long whatever "
+        "keep_days says, so a delivery Linear retries (for hours) is still answered `duplicate`.",
+    )
+
+
 class AgentConfig(_Section):
     """The coding agent that turns run."""
 
@@ -343,6 +357,8 @@ class Config(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig, description="HTTP listeners.")
     linear: LinearConfig = Field(default_factory=LinearConfig, description="Linear.")
     inbox: InboxConfig = Field(default_factory=InboxConfig, description="The Linear inbox.")
+    store: StoreConfig = Field(default_factory=StoreConfig,
+                               description="How long finished work is kept.")
     agent: AgentConfig = Field(default_factory=AgentConfig, description="The agent.")
     discord: DiscordConfig = Field(
         default_factory=DiscordConfig, description="Discord control threads."

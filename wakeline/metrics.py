@@ -60,6 +60,12 @@ class Metrics:
             "Journal writes (or opens, or compactions) that failed; what they recorded went ahead.",
             registry=self.registry,
         )
+        self.store_pruned = Counter(
+            "wakeline_store_pruned_rows",
+            "Rows the store's retention deleted, by table (`[store] keep_days`).",
+            ["table"],
+            registry=self.registry,
+        )
 
     def watch_linear_auth(self, ok: Callable[[], bool]) -> None:
         """Export `wakeline_linear_auth_ok`: 1 while a Linear token works, 0 when none does
@@ -72,6 +78,10 @@ class Metrics:
     def journal_failed(self) -> None:
         """Count one failed journal write."""
         self.journal_failures.inc()
+
+    def pruned(self, table: str, rows: int) -> None:
+        """Count rows retention deleted from `table`."""
+        self.store_pruned.labels(table=table).inc(rows)
 
     def progress_was_skipped(self, count: int) -> None:
         """Count progress that did not reach Linear."""

@@ -43,6 +43,10 @@ owner_emails = []
 [inbox]
 following = false               # initial value; `wakeline follow on|off` persists and wins
 
+[store]
+keep_days = 30                  # finished work older than this is pruned (fractions allowed)
+dedupe_hours = 24               # receipts stay at least this long: Linear retries for hours
+
 [agent]
 # Any CLI that reads the prompt on stdin; exit 0 answer, 1 error, 2 question.
 command = ["python", "-m", "wakeline.agents.demo"]

@@ -37,6 +37,10 @@ owner_emails = ["me@example.com"]
 [inbox]
 following = true
 
+[store]
+keep_days = 7.5
+dedupe_hours = 48
+
 [agent]
 command = ["claude", "-p"]
 timeout_seconds = 600
@@ -109,6 +113,7 @@ def test_every_contract_key_parses(tmp_path: Path) -> None:
     assert (lin.freshness_seconds, lin.echo_window_seconds) == (30, 45)
     assert lin.owner_user_ids == ["u-1", "u-2"] and lin.owner_emails == ["me@example.com"]
     assert config.inbox.following is True
+    assert (config.store.keep_days, config.store.dedupe_hours) == (7.5, 48.0)
     assert agent.command == ["claude", "-p"]
     assert (agent.timeout_seconds, agent.heartbeat_seconds,
             agent.max_concurrent_turns) == (600, 120, 2)
@@ -182,6 +187,11 @@ def test_unknown_keys_are_refused_by_dotted_name(tmp_path: Path, text: str, key:
         ('[[routes]]\nname = "a"\n[[routes]]\nname = "b"\nreply = "x"\n', "routes.1.reply"),
         ('[[routes]]\nteams = ["ENG"]\n', "routes.0.name"),
         ('[[routes]]\nname = "a"\n[[routes]]\nname = "a"\n', "routes"),
+        ("[store]\nkeep_days = 0\n", "store.keep_days"),
+        ("[store]\nkeep_days = -1\n", "store.keep_days"),
+        ("[store]\nkeep_days = 3651\n", "store.keep_days"),
+        ('[store]\nkeep_days = "30"\n', "store.keep_days"),
+        ("[store]\ndedupe_hours = 0\n", "store.dedupe_hours"),
     ],
 )
 def test_bad_values_are_refused_by_dotted_name(tmp_path: Path, text: str, key: str) -> None:
@@ -211,6 +221,21 @@ def test_cli_with_a_bad_value_exits_2_naming_the_key(tmp_path: Path) -> None:
     result = run("--config", str(bad), "status")
     assert result.exit_code == 2
     assert "server.webhook_port" in result.stderr
+
+
+def test_serve_with_a_bad_keep_days_stops_with_exit_2_naming_the_key(tmp_path: Path) -> None:
+    """A bad `[store] keep_days` stops start-up, as every config error does."""
+    bad = write(tmp_path, "[store]\nkeep_days = 0\n", "bad.toml")
+    result = run("--config", str(bad), "serve")
+    assert result.exit_code == 2
+    assert "store.keep_days" in result.stderr
+    assert not (tmp_path / "var").exists()  # nothing was created
+
+
+def test_store_keeps_fractions_of_a_day(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "[store]\nkeep_days = 0.25\ndedupe_hours = 0.5\n"))
+    assert (config.store.keep_days, config.store.dedupe_hours) == (0.25, 0.5)
+    assert (Config().store.keep_days, Config().store.dedupe_hours) == (30.0, 24.0)
 
 
 def test_cli_with_an_unknown_route_key_exits_2_naming_the_key(tmp_path: Path) -> None:

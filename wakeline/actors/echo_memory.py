@@ -12,6 +12,10 @@ The windows it owns: an update of ours counts as an echo inside
 `linear.echo_window_seconds` of its answer; a delivery is a candidate echo of a
 write attempted at most 24 hours before it; answered intents are kept 7 days;
 an intent of unknown outcome, and what it holds, until an operator decides.
+
+Its thread also runs the store's retention (`models/retention.py`, `[store] keep_days`),
+off the ingress and the turns: a pass is a chain of short steps, each a message of its
+own, so resolving held deliveries never waits behind a whole pass.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from wakeline.clock import Clock, to_ms
 from wakeline.errors import Conflict, NotFound
 from wakeline.models.echoes import ECHO_WINDOW_MS, Resolution
 from wakeline.models.outbox import EffectState
+from wakeline.models.retention import Retention
 from wakeline.models.store import Store
 
 log = logging.getLogger(__name__)
@@ -38,13 +43,15 @@ class EchoMemory(pykka.ThreadingActor):
     """Resolves held deliveries as writes answer, and prunes what is remembered."""
 
     def __init__(self, store: Store, clock: Clock, wake: Callable[[list[str]], None],
-                 echo_window_ms: int = ECHO_WINDOW_MS) -> None:
+                 echo_window_ms: int = ECHO_WINDOW_MS, retention: Retention | None = None) -> None:
         super().__init__()
         self._store = store
         self._echo_window_ms = echo_window_ms
         self._clock = clock
         self._wake = wake
         self._last_prune: float | None = None
+        self._retention = retention
+        self._myself: Any = None  # this actor's proxy, for the next step of a pass
 
     def on_start(self) -> None:
         """Name the thread; release the intents a crash left unsent, resolve what they held."""
@@ -117,3 +124,15 @@ class EchoMemory(pykka.ThreadingActor):
                 return
             if gone:
                 log.info("echo memory pruned", extra={"rows": gone})
+
+    def prune_store(self) -> None:
+        """Begin a retention pass of the store, unless one is under way (its steps go on)."""
+        if self._retention is not None and self._retention.begin(to_ms(self._clock.now())):
+            self.prune_step()
+
+    def prune_step(self) -> None:
+        """One step of the pass; the next one is a message behind whatever waits already."""
+        if self._retention is not None and self._retention.step(to_ms(self._clock.now())):
+            if self._myself is None:
+                self._myself = self.actor_ref.proxy()
+            self._myself.prune_step.defer()

@@ -16,12 +16,13 @@ the writers that read before they write lock the rows they change
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from peewee import Database, SqliteDatabase
+from peewee import Database, OperationalError, SqliteDatabase
 from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from wakeline.errors import WakelineError
@@ -245,6 +246,13 @@ def open_database(target: Path | str, *, busy_timeout: float = BUSY_TIMEOUT_SECO
         return open_postgres(target, busy_timeout=busy_timeout, max_connections=max_connections)
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        # Only a new file takes auto_vacuum without a VACUUM, and only before its header is
+        # written (WAL writes it). Not a pragma of every connection: on a file in use,
+        # setting it waits for the write lock.
+        with closing(sqlite3.connect(path)) as first:
+            first.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            first.execute("PRAGMA journal_mode = WAL")
     db = WriterQueueDatabase(
         str(path),
         pragmas={
@@ -261,10 +269,29 @@ def open_database(target: Path | str, *, busy_timeout: float = BUSY_TIMEOUT_SECO
     )
     db.connect(reuse_if_open=True)
     migrate(db)
+    _vacuum_incrementally(db)
     for owned in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if owned.exists():
             owned.chmod(0o600)
     return db
+
+
+def _vacuum_incrementally(db: Database) -> None:
+    """A file made before retention (decision 0030) keeps its freed pages: convert it once,
+    so pruning can give them back (`PRAGMA incremental_vacuum`). VACUUM rewrites the whole
+    file, so the first start after the upgrade takes a moment on a large store. Refused (a
+    reader elsewhere), it is tried again at the next start; pruning still frees pages for
+    reuse meanwhile."""
+    if int(db.execute_sql("PRAGMA auto_vacuum").fetchone()[0]) == 2:  # 2: incremental
+        return
+    log.info("converting the database to incremental vacuum, once; this rewrites the file")
+    try:
+        db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")
+        db.execute_sql("VACUUM")
+        db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")  # VACUUM wrote the whole file there
+    except OperationalError as exc:
+        log.warning("the database stays without incremental vacuum until the next start",
+                    extra={"error": str(exc)})
 
 
 def open_postgres(url: str, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS,

@@ -15,6 +15,8 @@ over lives here, behind one `Dialect` per backend, reached as `db.dialect`:
 | a JSON field of a TEXT column     | `json_extract(col, '$.k')`     | `CAST(col AS jsonb) ->> 'k'`        |
 | rows a writer must hold           | nothing: IMMEDIATE transactions serialize every writer | `SELECT ... FOR UPDATE` |
 | a named critical section          | nothing (as above)             | `pg_advisory_xact_lock`             |
+| work one host of many does        | always this one                | `pg_try_advisory_xact_lock`         |
+| freed pages back to the file      | `PRAGMA incremental_vacuum`    | none: autovacuum reuses them        |
 | index hints                       | `INDEXED BY`                   | none (the planner chooses)          |
 | turn bookkeeping without fsync    | `PRAGMA synchronous = NORMAL`  | `SET synchronous_commit = off`      |
 | integrity check                   | `PRAGMA quick_check(1)`        | a round trip (`SELECT 1`)           |
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from pathlib import Path
 from typing import Mapping, Union
 
 from peewee import SQL, Cast, Database, Expression, Node
@@ -38,6 +41,7 @@ from wakeline.errors import WakelineError
 Statement = Union[str, Mapping[str, Union[str, None]]]
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 
 class NotPortable(WakelineError):
@@ -52,6 +56,7 @@ class Dialect:
     name = "sqlite"
     # Appended to a SELECT that reads rows this transaction will change: none needed here.
     for_update = ""
+    _json_text = "json_extract({column}, '$.{key}')"
 
     def sql(self, text: str) -> str:
         """Fixed SQL (with `?` placeholders) as this backend's driver takes it."""
@@ -86,6 +91,34 @@ class Dialect:
     def lock(self, db: Database, name: str) -> None:
         """Hold the named lock until this transaction ends (writers serialize already)."""
 
+    def try_lock(self, db: Database, name: str) -> bool:
+        """Take the named lock until this transaction ends, unless another host holds it
+        (False): one host does the work while the others skip it."""
+        return True
+
+    def json_text_sql(self, column: str, key: str) -> str:
+        """`json_text` as fixed SQL: the text of the top-level `key` of a JSON column."""
+        if not _KEY.fullmatch(key) or not _COLUMN.fullmatch(column):
+            raise ValueError(f"not a plain column and JSON key: {column!r}, {key!r}")
+        return self._json_text.format(column=column, key=key)
+
+    def give_back_pages(self, db: Database, most: int) -> int:
+        """Return up to `most` free pages to the file, inside the caller's write transaction
+        (`auto_vacuum = INCREMENTAL`); how many went back."""
+        free = int(db.execute_sql("PRAGMA freelist_count").fetchone()[0])
+        pages = min(free, most)
+        for _ in range(pages):
+            # Python's driver steps a statement that returns no rows once, and each step of
+            # incremental_vacuum frees one page: one execute per page.
+            db.execute_sql("PRAGMA incremental_vacuum(1)")
+        return pages
+
+    def size_bytes(self, db: Database) -> int:
+        """What the store takes on disk: the file and its write-ahead log."""
+        path = Path(str(db.database))
+        return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal"))
+                   if p.exists())
+
     def schema_version(self, db: Database) -> int:
         return int(db.execute_sql("PRAGMA user_version").fetchone()[0])
 
@@ -112,6 +145,7 @@ class PostgresDialect(Dialect):
 
     name = "postgresql"
     for_update = " FOR UPDATE"
+    _json_text = "CAST({column} AS jsonb) ->> '{key}'"
 
     # SQLite DDL -> PostgreSQL DDL, applied in order to every migration statement.
     _DDL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -171,6 +205,18 @@ class PostgresDialect(Dialect):
     def lock(self, db: Database, name: str) -> None:
         # A transaction-scoped advisory lock: released by COMMIT or ROLLBACK, never leaked.
         db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_lock_key(name),))
+
+    def try_lock(self, db: Database, name: str) -> bool:
+        return bool(db.execute_sql("SELECT pg_try_advisory_xact_lock(%s)",
+                                   (_lock_key(name),)).fetchone()[0])
+
+    def give_back_pages(self, db: Database, most: int) -> int:
+        # Autovacuum marks the space of deleted rows for reuse; the table stops growing
+        # rather than shrinking (decision 0030).
+        return 0
+
+    def size_bytes(self, db: Database) -> int:
+        return int(db.execute_sql("SELECT pg_database_size(current_database())").fetchone()[0])
 
     def _ensure_version_table(self, db: Database) -> None:
         db.execute_sql("CREATE TABLE IF NOT EXISTS wakeline_schema (version BIGINT NOT NULL)")

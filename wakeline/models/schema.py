@@ -434,4 +434,20 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # Retention (`[store] keep_days`, decision 0030; wakeline/models/retention.py): what the
+    # pruning looks rows up by. A receipt is deleted only when no FIFO entry or inbox message
+    # refers to it, and the foreign key checks the same: without an index on each referring
+    # column, every deleted receipt would scan both tables. `deliveries_state` gains the
+    # completion time, so completed entries are found oldest first without another index.
+    [
+        "CREATE INDEX receipts_received ON receipts (received_at)",
+        "CREATE INDEX deliveries_receipt ON deliveries (receipt_id)",
+        "CREATE INDEX inbox_messages_receipt ON inbox_messages (receipt_id)",
+        "DROP INDEX deliveries_state",
+        "CREATE INDEX deliveries_state ON deliveries (state, completed_at)",
+        "CREATE INDEX turn_results_finished ON turn_results (finished_at)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -117,3 +117,16 @@ def test_a_long_poll_wakes_for_another_hosts_entry_and_ends_on_close(open_table:
     assert a.wait_newer(0, 5.0) is False
     with pytest.raises(OSError):
         a.append([note(3)])
+
+
+def test_the_table_itself_stays_bounded(open_table: Opener, store: Store, frozen: Any) -> None:
+    """Not only what readers see: the rows past the window are deleted (decision 0030 relies
+    on it, and leaves the journal to these rules)."""
+    journal = open_table(keep_entries=5)
+    for i in range(1, 21):
+        journal.append([note(i)])
+    count = "SELECT COUNT(*) FROM journal_entries"
+    assert store.db.execute_sql(count).fetchone()[0] == 5
+    frozen.tick(14 * DAY + timedelta(seconds=1))
+    journal.compact()
+    assert store.db.execute_sql(count).fetchone()[0] == 0
