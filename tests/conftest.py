@@ -98,6 +98,9 @@ def make_config(tmp_path: Path, database_url: str | None,
                        "threads": 4},
             # Never Linear itself: port 9 on loopback refuses at once unless a test starts a fake.
             "linear": {"api_url": "http://127.0.0.1:9/graphql"},
+            # Unconfined unless a test asks: the fake agents report through files in tmp_path,
+            # which a confined turn cannot see (tests/integration/actors/test_sandbox*.py).
+            "sandbox": {"mode": "none"},
         }
         if database_url is not None:
             state = str(overrides.get("state_dir", raw["state_dir"]))
