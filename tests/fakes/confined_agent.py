@@ -13,7 +13,7 @@
 Each result is "ok: ..." or "error: ..."; a test reads them from the answer Linear received.
 
 `daemonise` leaves a sleeper behind (a double fork and a new session, so no group or parent
-ties it to the agent), named `sleep MARKER` so a test can look for it from the outside, writes
+ties it to the agent), a `sleep` named MARKER so a test can look for it from the outside, writes
 its pid (as seen inside) to `daemon.pid`, then answers (or first sleeps SECONDS).
 """
 
@@ -66,7 +66,7 @@ def http(url: str) -> str:
 
 def run(argv: list[str]) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    return f"{done.returncode} {(done.stdout + done.stderr).strip()}"
+    return f"{done.returncode} {(done.stdout + done.stderr).strip()}".rstrip()
 
 
 def probe(spec: dict) -> dict:  # type: ignore[type-arg]
@@ -91,12 +91,12 @@ def daemonise(marker: str, seconds: float) -> None:
         if os.fork() == 0:
             for fd in (0, 1, 2):
                 os.close(fd)
-            os.execv("/bin/sleep", ["sleep", "3600", marker])
+            os.execv("/bin/sleep", [marker, "3600"])  # its name is the marker
         os._exit(0)
     os.wait()
     time.sleep(0.2)
     found = [p for p in os.listdir("/proc") if p.isdigit()
-             and marker.encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+             and open(f"/proc/{p}/cmdline", "rb").read().startswith(marker.encode() + b"\0")]
     with open("daemon.pid", "w", encoding="utf-8") as fh:
         fh.write(",".join(found) + "\n")
     if seconds:

@@ -44,6 +44,9 @@ def _parse(text: str) -> Rule:
     value = text.strip().lower()
     if not value:
         raise ValueError("an empty host")
+    if "/" in value or "*" in value:
+        raise ValueError(f"{text!r}: not a host name or address (no schemes, paths or "
+                         "wildcards: `example.com` or `example.com:8443`)")
     if value.startswith("["):
         host, sep, rest = value[1:].partition("]")
         if not sep or _address(host) is None or not isinstance(_address(host), ipaddress.IPv6Address):

@@ -20,12 +20,14 @@ earlier one:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from wakeline.sandbox.gitdirs import DEV_NULL, GitDirs
 
+NOBODY = 65534
 RUN_DIR = Path("/run/wakeline")  # where wakeline's sockets appear inside the sandbox
 SCRATCH = (Path("/tmp"), Path("/var/tmp"))  # private, empty and writable
 COVERED = (Path("/run"),)  # private, empty and read-only (a resolver's files come back)
@@ -51,6 +53,10 @@ def bwrap_argv(bwrap: str, layout: Layout, command: Sequence[str]) -> list[str]:
     """`bwrap ... -- command`: the turn's whole process tree confined as `layout` says."""
     argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if os.getuid() == 0:
+        # Root in a namespace without capabilities is neither: a CLI's own bwrap (its inner
+        # sandbox) takes root's path there and fails to map its user. As `nobody` it works.
+        argv += ["--uid", str(NOBODY), "--gid", str(NOBODY)]
     if layout.network != "open":
         argv.append("--unshare-net")  # bwrap brings up the namespace's loopback
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -66,9 +72,10 @@ def bwrap_argv(bwrap: str, layout: Layout, command: Sequence[str]) -> list[str]:
                         if any(_within(t, c) for c in (*SCRATCH, *covered))])
     for path in tools:
         argv += ["--ro-bind", str(path), str(path)]
-    for path in layout.hidden:  # a tool directory may hold a hidden one: cover it again
-        if any(_within(path, tool) for tool in tools):
-            argv += ["--tmpfs", str(path)]
+    # A tool directory may hold a hidden one: cover it again.
+    again = [h for h in layout.hidden if any(_within(h, tool) for tool in tools)]
+    for path in again:
+        argv += ["--tmpfs", str(path)]
     git = layout.git
     for path in (layout.workspace, layout.home, *layout.writable, *(git.writable if git else ())):
         argv += ["--bind", str(path), str(path)]
@@ -81,7 +88,7 @@ def bwrap_argv(bwrap: str, layout: Layout, command: Sequence[str]) -> list[str]:
         argv += ["--ro-bind", str(DEV_NULL), str(path)]
     for host, name in layout.sockets:
         argv += ["--ro-bind", str(host), str(RUN_DIR / name)]
-    for path in covered:
+    for path in (*covered, *again):
         argv += ["--remount-ro", str(path)]
     argv += ["--chdir", str(layout.workspace), "--", *command]
     return argv
@@ -94,6 +101,11 @@ def _outermost(paths: Sequence[Path]) -> list[Path]:
         if not any(_within(path, kept) for kept in out):
             out.append(path)
     return out
+
+
+def unseen(hidden: Sequence[Path]) -> tuple[Path, ...]:
+    """Every directory a sandbox covers: the hidden ones, the scratch ones, `/run`."""
+    return (*SCRATCH, *COVERED, *hidden)
 
 
 def _within(path: Path, parent: Path) -> bool:

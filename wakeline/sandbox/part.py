@@ -28,7 +28,7 @@ from wakeline.config import Config, RouteConfig
 from wakeline.errors import ConfigError, ConfinementFailed
 from wakeline.sandbox.gitdirs import worktree_dirs
 from wakeline.sandbox.hosts import AllowList
-from wakeline.sandbox.layout import RUN_DIR, Layout, bwrap_argv
+from wakeline.sandbox.layout import RUN_DIR, Layout, bwrap_argv, unseen
 from wakeline.sandbox.probe import Probe, probe
 from wakeline.sandbox.proxy import AllowProxy, ProxyTurn
 from wakeline.sandbox.tools import tool_paths
@@ -201,7 +201,8 @@ class Sandbox:
         confined = Confined((), {})
         sockets: list[tuple[Path, str]] = []
         relays: list[str] = []
-        inside = _inside_env(env, home, hidden, bound + self._tools)
+        tools = (*self._tools, *tool_paths(agent, env.get("PATH", "")))
+        inside = _inside_env(env, home, hidden, (*bound, *tools))
         if route.network != "open":
             assert self.api_socket is not None
             sockets.append((self.api_socket, API_SOCKET))
@@ -232,8 +233,7 @@ class Sandbox:
                        *command]
         layout = Layout(
             workspace=workspace, home=home, network=route.network, hidden=hidden,
-            secrets=tuple(self._secrets(hidden, bound)),
-            tools=(*self._tools, *tool_paths(agent, env.get("PATH", ""))),
+            secrets=tuple(self._secrets(hidden, (*bound, *tools))), tools=tools,
             writable=writable, git=git, sockets=tuple(sockets))
         confined.argv = tuple(bwrap_argv(self.probe.bwrap, layout, command))
         confined.env = inside
@@ -241,7 +241,7 @@ class Sandbox:
 
     def _secrets(self, hidden: Sequence[Path], bound: Sequence[Path]) -> list[Path]:
         """The config file and the secret files that exist and that no covered directory
-        already hides (or that a writable path shows again)."""
+        already hides (or that a bound path shows again)."""
         config = self.config
         paths = [config.source] if config.source is not None else []
         paths += [path for _, path in config.secret_files()]
@@ -249,7 +249,7 @@ class Sandbox:
         for path in (_real(p) for p in paths):
             if not path.is_file():
                 continue
-            if any(_within(path, h) for h in hidden) and \
+            if any(_within(path, h) for h in unseen(hidden)) and \
                     not any(_within(path, b) for b in bound):
                 continue
             out.append(path)
@@ -322,12 +322,12 @@ def _inside_env(env: Mapping[str, str], home: Path, hidden: Sequence[Path],
     """The turn's environment as it is inside: HOME is the route's, TMPDIR the private /tmp,
     and a variable that names a path nothing in the sandbox shows is dropped (a socket or a
     config file of the service user's, another HOME)."""
-    unseen = (*hidden, Path("/tmp"), Path("/var/tmp"), Path("/run"))
+    covered = unseen(hidden)
     out = {}
     for name, value in env.items():
         if value.startswith("/") and os.pathsep not in value:
             path = Path(os.path.normpath(value))
-            if any(_within(path, u) for u in unseen) and \
+            if any(_within(path, u) for u in covered) and \
                     not any(_within(path, v) for v in visible):
                 continue
         out[name] = value

@@ -40,9 +40,11 @@ class Probe:
 def probe(bwrap: str, *, network: bool, timeout: float = TIMEOUT_SECONDS) -> Probe:
     """Run `true` confined as a turn would be (with a network namespace when `network`)."""
     found = bwrap if os.sep in bwrap else shutil.which(bwrap)
-    if found is None or not os.access(found, os.X_OK):
-        return Probe(bwrap, False, f"{bwrap}: not found" if found is None else
-                     f"{found}: not executable", f"{INSTALL}, or set sandbox.bwrap to its path")
+    if found is None or not os.path.exists(found):
+        return Probe(bwrap, False, f"{bwrap}: not found",
+                     f"{INSTALL}, or set sandbox.bwrap to its path")
+    if not os.access(found, os.X_OK):
+        return Probe(found, False, f"{found}: not executable", f"chmod +x {found}")
     scratch = Path("/tmp")
     layout = Layout(workspace=scratch, home=scratch, network="off" if network else "open",
                     hidden=(), secrets=(), tools=())
@@ -57,5 +59,5 @@ def probe(bwrap: str, *, network: bool, timeout: float = TIMEOUT_SECONDS) -> Pro
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return Probe(found, False, f"{found} cannot confine here: {said[:300]}", USERNS)
-    what = "a network namespace, " if network else ""
-    return Probe(found, True, f"{found}: user, PID, mount and {what}IPC namespaces work")
+    what = ", network" if network else ""
+    return Probe(found, True, f"{found}: user, PID, mount, IPC{what} namespaces work")
