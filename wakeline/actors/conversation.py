@@ -622,7 +622,10 @@ class _PlanGuard:
     def prepare(self) -> Path:
         """On the runner thread: make the workspace ready, then note what it holds."""
         self._path = self._env.prepare_workspace(self._turn)
-        self._snapshot = self._env.workspaces.snapshot(self._path)
+        # Only a worktree of the route's repository: git run on a `.git` an agent made in a
+        # plain directory would run what its config names, as wakeline, outside any sandbox.
+        if self._env.repo_of(self._env.route(self._turn.route)) is not None:
+            self._snapshot = self._env.workspaces.snapshot(self._path)
         return self._path
 
     def restore(self) -> None:
