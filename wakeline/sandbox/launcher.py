@@ -51,11 +51,12 @@ def _listen(spec: str) -> tuple[_socket.socket, str]:
 
 
 def _relay(listeners: list[tuple[_socket.socket, str]]) -> None:
-    """The relay's whole life: accept on every listener, carry each connection both ways."""
-    import socket
-    import threading
+    """The relay's whole life: accept on every listener, carry each connection both ways.
 
-    def pump(src: socket.socket, dst: socket.socket) -> None:
+    Built-in modules only here too: the relay starts beside the agent, on the same CPUs."""
+    import _thread
+
+    def pump(src: _socket.socket, dst: _socket.socket, done: list[object]) -> None:
         try:
             while True:
                 data = src.recv(CHUNK)
@@ -64,38 +65,36 @@ def _relay(listeners: list[tuple[_socket.socket, str]]) -> None:
                 dst.sendall(data)
         except OSError:
             pass
-        for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
+        for sock, how in ((dst, _socket.SHUT_WR), (src, _socket.SHUT_RD)):
             try:
                 sock.shutdown(how)
             except OSError:
                 pass
-
-    def carry(client: socket.socket, path: str) -> None:
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            upstream.connect(path)
-        except OSError:
-            client.close()
-            upstream.close()
-            return
-        back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
-        back.start()
-        pump(client, upstream)
-        back.join()
-        client.close()
-        upstream.close()
+        with done[0]:  # type: ignore[attr-defined]
+            done.append(None)
+            last = len(done) == 3
+        if last:  # both directions have ended
+            src.close()
+            dst.close()
 
     def serve(listener: _socket.socket, path: str) -> None:
-        sock = socket.socket(fileno=listener.detach())
         while True:
-            client, _ = sock.accept()
-            threading.Thread(target=carry, args=(client, path), daemon=True).start()
+            fd, _ = listener._accept()  # type: ignore[attr-defined]
+            client = _socket.socket(fileno=fd)
+            upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            try:
+                upstream.connect(path)
+            except OSError:
+                client.close()
+                upstream.close()
+                continue
+            done: list[object] = [_thread.allocate_lock()]
+            _thread.start_new_thread(pump, (client, upstream, done))
+            _thread.start_new_thread(pump, (upstream, client, done))
 
-    threads = [threading.Thread(target=serve, args=pair, daemon=True) for pair in listeners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    for listener, path in listeners[1:]:
+        _thread.start_new_thread(serve, (listener, path))
+    serve(*listeners[0])
 
 
 def main(argv: list[str]) -> None:
@@ -116,8 +115,10 @@ def main(argv: list[str]) -> None:
     command = argv[at + 1:]
     if not command:
         _fail("no command")
+    if not listeners:
+        _fail("no relay")
     child = posix.fork()
-    if child == 0:  # the relay's parent exits at once: the relay is nobody's child but init's
+    if child == 0:  # its parent exits at once: the relay is nobody's child but init's
         if posix.fork() != 0:
             posix._exit(0)
         posix.setsid()

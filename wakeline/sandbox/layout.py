@@ -69,11 +69,11 @@ def bwrap_argv(bwrap: str, layout: Layout, command: Sequence[str]) -> list[str]:
         argv += ["--ro-bind", str(RESOLVER), str(RESOLVER)]
     # Only what a covering file system hides needs binding back.
     tools = _outermost([t for t in layout.tools
-                        if any(_within(t, c) for c in (*SCRATCH, *covered))])
+                        if any(within(t, c) for c in (*SCRATCH, *covered))])
     for path in tools:
         argv += ["--ro-bind", str(path), str(path)]
     # A tool directory may hold a hidden one: cover it again.
-    again = [h for h in layout.hidden if any(_within(h, tool) for tool in tools)]
+    again = [h for h in layout.hidden if any(within(h, tool) for tool in tools)]
     for path in again:
         argv += ["--tmpfs", str(path)]
     git = layout.git
@@ -98,7 +98,7 @@ def _outermost(paths: Sequence[Path]) -> list[Path]:
     """`paths` without repeats and without any that another one holds, shortest first."""
     out: list[Path] = []
     for path in sorted(set(paths), key=lambda p: (len(p.parts), str(p))):
-        if not any(_within(path, kept) for kept in out):
+        if not any(within(path, kept) for kept in out):
             out.append(path)
     return out
 
@@ -108,5 +108,7 @@ def unseen(hidden: Sequence[Path]) -> tuple[Path, ...]:
     return (*SCRATCH, *COVERED, *hidden)
 
 
-def _within(path: Path, parent: Path) -> bool:
-    return path == parent or parent in path.parents
+def within(path: Path, parent: Path) -> bool:
+    """Whether `path` is `parent` or lies under it (both absolute and normalised)."""
+    inner, outer = str(path), str(parent)
+    return inner == outer or inner.startswith(outer if outer.endswith("/") else outer + "/")

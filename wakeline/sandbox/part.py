@@ -28,7 +28,7 @@ from wakeline.config import Config, RouteConfig
 from wakeline.errors import ConfigError, ConfinementFailed
 from wakeline.sandbox.gitdirs import worktree_dirs
 from wakeline.sandbox.hosts import AllowList
-from wakeline.sandbox.layout import RUN_DIR, Layout, bwrap_argv, unseen
+from wakeline.sandbox.layout import RUN_DIR, Layout, bwrap_argv, unseen, within
 from wakeline.sandbox.probe import Probe, probe
 from wakeline.sandbox.proxy import AllowProxy, ProxyTurn
 from wakeline.sandbox.tools import tool_paths
@@ -58,6 +58,18 @@ class Decision:
     refused: str | None = None  # why the turn does not run at all (an error answer)
     route: RouteConfig | None = None  # set when the turn is confined
     note: str | None = None  # a lifecycle entry to journal: why it runs unconfined
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What the turns of one route (and agent) share: see `Sandbox._parts`."""
+
+    home: Path
+    writable: tuple[Path, ...]
+    hidden: tuple[Path, ...]
+    tools: tuple[Path, ...]
+    secrets: tuple[Path, ...]  # the files to cover, where they exist
+    bound: tuple[Path, ...]  # home, writable and tools: what the sandbox shows of the host
 
 
 @dataclass
@@ -127,6 +139,7 @@ class Sandbox:
                     f"{turn.turn_id}:{host}:{port}"))
         self._serial = 0
         self._tools = tool_paths_of_wakeline()
+        self._cache: dict[tuple[str, str, str], _Parts] = {}
 
     @property
     def api_socket(self) -> Path | None:
@@ -179,16 +192,18 @@ class Sandbox:
         assert route is not None and self.runtime is not None
         config = self.config
         command = list(argv)
-        found = shutil.which(command[0], path=env.get("PATH", os.defpath)) \
-            if os.sep not in command[0] else command[0]
+        path_env = env.get("PATH", os.defpath)
+        found = shutil.which(command[0], path=path_env) if os.sep not in command[0] \
+            else command[0]
         if found is None:
             raise ConfinementFailed(f"No such file or directory: {command[0]}")
         command[0] = os.path.abspath(found)
-        agent = Path(command[0])
         if output == "claude" and "--settings" not in command:
             command += ["--settings", CLAUDE_NESTED]
-        home = _ready(config.route_home(route), "home")
-        writable = tuple(_ready(config.path(w), "writable") for w in route.writable)
+        parts = self._parts(route, command[0], path_env)
+        if not parts.home.is_dir():  # removed meanwhile: made again
+            self._cache.clear()
+            parts = self._parts(route, command[0], path_env)
         workspace = _real(workspace)
         git = None
         if route.repo:
@@ -196,13 +211,11 @@ class Sandbox:
                 git = worktree_dirs(workspace, config.path(route.repo))
             except Exception as exc:
                 raise ConfinementFailed(str(getattr(exc, "detail", exc))) from None
-        hidden = (_real(config.state_path), *service_homes())
-        bound = (workspace, home, *writable, *(git.writable if git else ()))
+        bound = (workspace, *(git.writable if git else ()), *parts.bound)
         confined = Confined((), {})
         sockets: list[tuple[Path, str]] = []
         relays: list[str] = []
-        tools = (*self._tools, *tool_paths(agent, env.get("PATH", "")))
-        inside = _inside_env(env, home, hidden, (*bound, *tools))
+        inside = _inside_env(env, parts.home, parts.hidden, bound)
         if route.network != "open":
             assert self.api_socket is not None
             sockets.append((self.api_socket, API_SOCKET))
@@ -232,28 +245,35 @@ class Sandbox:
             command = [sys.executable, "-I", "-S", str(LAUNCHER), *ctype, *relays, "--",
                        *command]
         layout = Layout(
-            workspace=workspace, home=home, network=route.network, hidden=hidden,
-            secrets=tuple(self._secrets(hidden, (*bound, *tools))), tools=tools,
-            writable=writable, git=git, sockets=tuple(sockets))
+            workspace=workspace, home=parts.home, network=route.network, hidden=parts.hidden,
+            secrets=tuple(p for p in parts.secrets if p.is_file()), tools=parts.tools,
+            writable=parts.writable, git=git, sockets=tuple(sockets))
         confined.argv = tuple(bwrap_argv(self.probe.bwrap, layout, command))
         confined.env = inside
         return confined
 
-    def _secrets(self, hidden: Sequence[Path], bound: Sequence[Path]) -> list[Path]:
-        """The config file and the secret files that exist and that no covered directory
-        already hides (or that a bound path shows again)."""
-        config = self.config
-        paths = [config.source] if config.source is not None else []
-        paths += [path for _, path in config.secret_files()]
-        out = []
-        for path in (_real(p) for p in paths):
-            if not path.is_file():
-                continue
-            if any(_within(path, h) for h in unseen(hidden)) and \
-                    not any(_within(path, b) for b in bound):
-                continue
-            out.append(path)
-        return out
+    def _parts(self, route: RouteConfig, agent: str, path_env: str) -> _Parts:
+        """What every turn of `route` with this agent shares: worked out once (the paths are
+        resolved, the home and writable paths created), then reused by every turn."""
+        key = (route.name, agent, path_env)
+        parts = self._cache.get(key)
+        if parts is None:
+            config = self.config
+            home = _ready(config.route_home(route), "home")
+            writable = tuple(_ready(config.path(w), "writable") for w in route.writable)
+            hidden = (_real(config.state_path), *service_homes())
+            tools = (*self._tools, *tool_paths(Path(agent), path_env))
+            bound = (home, *writable, *tools)
+            candidates = [config.source] if config.source is not None else []
+            candidates += [path for _, path in config.secret_files()]
+            # A secret a covered directory already hides needs no cover of its own, unless a
+            # bound path shows it again.
+            secrets = tuple(p for p in dict.fromkeys(_real(c) for c in candidates)
+                            if not any(within(p, h) for h in unseen(hidden))
+                            or any(within(p, b) for b in bound))
+            parts = _Parts(home, writable, hidden, tools, secrets, bound)
+            self._cache[key] = parts
+        return parts
 
     # --- what it says ------------------------------------------------------------------------
 
@@ -327,8 +347,8 @@ def _inside_env(env: Mapping[str, str], home: Path, hidden: Sequence[Path],
     for name, value in env.items():
         if value.startswith("/") and os.pathsep not in value:
             path = Path(os.path.normpath(value))
-            if any(_within(path, u) for u in covered) and \
-                    not any(_within(path, v) for v in visible):
+            if any(within(path, u) for u in covered) and \
+                    not any(within(path, v) for v in visible):
                 continue
         out[name] = value
     out.pop("XDG_RUNTIME_DIR", None)
@@ -356,6 +376,3 @@ def _short_tmp() -> str | None:
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
-
-def _within(path: Path, parent: Path) -> bool:
-    return path == parent or parent in path.parents
