@@ -139,7 +139,7 @@ class Sandbox:
                     f"{turn.turn_id}:{host}:{port}"))
         self._serial = 0
         self._tools = tool_paths_of_wakeline()
-        self._cache: dict[tuple[str, str, str], _Parts] = {}
+        self._cache: dict[tuple[str, str, tuple[str, ...], str], _Parts] = {}
 
     @property
     def api_socket(self) -> Path | None:
@@ -195,15 +195,17 @@ class Sandbox:
         path_env = env.get("PATH", os.defpath)
         found = shutil.which(command[0], path=path_env) if os.sep not in command[0] \
             else command[0]
-        if found is None:
-            raise ConfinementFailed(f"No such file or directory: {command[0]}")
+        if found is None or not os.path.exists(found):
+            raise ConfinementFailed(f"FileNotFoundError: No such file or directory: {command[0]}")
         command[0] = os.path.abspath(found)
+        # A file the command names (a script for its interpreter) is shown too, read-only.
+        files = tuple(a for a in command[1:] if a.startswith("/") and os.path.isfile(a))
         if output == "claude" and "--settings" not in command:
             command += ["--settings", CLAUDE_NESTED]
-        parts = self._parts(route, command[0], path_env)
+        parts = self._parts(route, command[0], files, path_env)
         if not parts.home.is_dir():  # removed meanwhile: made again
             self._cache.clear()
-            parts = self._parts(route, command[0], path_env)
+            parts = self._parts(route, command[0], files, path_env)
         workspace = _real(workspace)
         git = None
         if route.repo:
@@ -252,17 +254,19 @@ class Sandbox:
         confined.env = inside
         return confined
 
-    def _parts(self, route: RouteConfig, agent: str, path_env: str) -> _Parts:
+    def _parts(self, route: RouteConfig, agent: str, files: tuple[str, ...],
+               path_env: str) -> _Parts:
         """What every turn of `route` with this agent shares: worked out once (the paths are
         resolved, the home and writable paths created), then reused by every turn."""
-        key = (route.name, agent, path_env)
+        key = (route.name, agent, files, path_env)
         parts = self._cache.get(key)
         if parts is None:
             config = self.config
             home = _ready(config.route_home(route), "home")
             writable = tuple(_ready(config.path(w), "writable") for w in route.writable)
             hidden = (_real(config.state_path), *service_homes())
-            tools = (*self._tools, *tool_paths(Path(agent), path_env))
+            tools = (*self._tools, *tool_paths(Path(agent), path_env),
+                     *(_real(Path(f)) for f in files))
             bound = (home, *writable, *tools)
             candidates = [config.source] if config.source is not None else []
             candidates += [path for _, path in config.secret_files()]
