@@ -111,3 +111,26 @@ def test_serve_with_a_bad_allow_host_exits_2_naming_the_key(tmp_path: Path) -> N
     result = CliRunner().invoke(cli, ["--config", str(path), "serve"])
     assert result.exit_code == 2
     assert "routes.0.allow_hosts.0" in result.output
+
+
+def test_every_secret_file_the_config_names_is_known(tmp_path: Path) -> None:
+    """What a confined turn must never read: each `*_file` key, in any section, and the
+    operator's and the Linear app's token files."""
+    config = load(tmp_path, """\
+[linear]
+api_key_file = "/etc/wl/key"
+[discord]
+token_file = "/etc/wl/discord"
+[matrix.connections.me]
+homeserver = "https://matrix.example.org"
+user_id = "@me:example.org"
+access_token_file = "/etc/wl/matrix-me"
+""")
+    files = dict(config.secret_files())  # type: ignore[attr-defined]
+    assert files["linear.api_key_file"] == Path("/etc/wl/key")
+    assert files["linear.webhook_secret_file"] == tmp_path / "var/secrets/linear-webhook-secret"
+    assert files["linear.client_secret_file"] == tmp_path / "var/secrets/linear-client-secret"
+    assert files["discord.token_file"] == Path("/etc/wl/discord")
+    assert files["matrix.connections.me.access_token_file"] == Path("/etc/wl/matrix-me")
+    assert files["operator token"] == tmp_path / "var" / "operator.token"
+    assert files["linear app token"] == tmp_path / "var" / "secrets" / "linear-oauth.json"

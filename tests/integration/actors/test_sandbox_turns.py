@@ -131,6 +131,27 @@ def test_the_agent_sees_only_its_own_processes(harness: Callable[..., Any]) -> N
     assert said["pids"] == [1, 2]
 
 
+def test_a_script_the_command_names_runs_wherever_it_lives(harness: Callable[..., Any],
+                                                          tmp_path: Path) -> None:
+    require_bwrap()
+    script = tmp_path / "agent.py"  # under /tmp, which the sandbox covers
+    script.write_text("import sys\nsys.stdin.read()\nprint('hello from a script in /tmp')\n")
+    h = harness(command=[sys.executable, str(script)], sandbox=REQUIRED, routes=[ROUTE])
+    h.deliver(session_event(session_id="s-1"))
+    assert answered(h.linear, timeout=30)[-1]["body"] == "hello from a script in /tmp"
+
+
+def test_a_missing_agent_fails_its_attempts_as_it_does_unconfined(
+        harness: Callable[..., Any]) -> None:
+    require_bwrap()
+    h = harness(command=["/nonexistent/agent"], sandbox=REQUIRED, routes=[ROUTE])
+    h.service.turn_env.backoff_seconds = (0, 0)
+    h.deliver(session_event(session_id="s-1"))
+    cid = wait_until(lambda: [c for c in h.api("GET", "/v1/conversations").json()["conversations"]
+                              if c["state"] == "stalled"], message="stalled")[0]["id"]
+    assert "FileNotFoundError" in h.conversation(cid)["turn"]["lastError"]
+
+
 # --- network --------------------------------------------------------------------------------
 
 
