@@ -58,8 +58,8 @@ from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
-from wakeline.sandbox.part import Sandbox, probe_for, require_sandbox
-from wakeline.sandbox.probe import Probe
+from wakeline.sandbox.part import Sandbox, require_sandbox
+from wakeline.sandbox.probe import Probe, probe_for
 from wakeline.scheduling import (
     Scheduler, engine_shares, host_id_of, shared_engine, store_target,
 )

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from wakeline.config import Config
 from wakeline.extras import Finder, discord_token_key, wanted
-from wakeline.sandbox.probe import Probe
+from wakeline.sandbox.probe import Probe, probe_for
 from wakeline.secrets import DISCORD_TOKEN_ENV
 from wakeline.workspaces import Workspaces
 
@@ -194,15 +194,14 @@ def sandbox_check(config: Config, probe: Probe) -> Check:
                      "service user's whole reach (docs/operations.md, Confined turns)")
     if probe.available:
         return Check("sandbox", True, f"{mode}: every turn runs in bubblewrap ({probe.detail})")
-    return Check("sandbox", False, f"sandbox.bwrap: {probe.detail}; turns run unconfined and "
-                 "public routes' turns are refused", probe.fix)
+    what = ("serve refuses to start" if mode == "required" else
+            "turns run unconfined and public routes' turns are refused")
+    return Check("sandbox", False, f"sandbox.bwrap: {probe.detail}; {what}", probe.fix)
 
 
 def local_checks(config: Config, environ: Mapping[str, str] | None = None) -> list[Check]:
     """What `wakeline doctor` can tell without the service: routes, commands, ports, disk,
     the optional parts; `environ` (the CLI's) may hold the Discord token."""
-    from wakeline.sandbox.part import probe_for  # the part builds on this module's checks
-
     discord_key = discord_token_key(config, environ or {})
     return [*route_checks(config), *command_checks(config), *port_checks(config),
             disk_check(config), *extras_checks(config, discord_key),

@@ -7,8 +7,6 @@ too), so CI runs every sandbox test; elsewhere a machine without it skips them w
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest

@@ -20,7 +20,7 @@ through; it ends with the sandbox, as everything in it does.
 interpreter changes `LC_CTYPE` when the locale is C (PEP 538), and the agent must not see that.
 """
 
-import _signal
+import _signal  # type: ignore[import-not-found]  # no stubs; `signal` would import enum
 import _socket
 import posix
 import sys

@@ -11,6 +11,7 @@ operator API's Unix socket and each `allow` turn's proxy socket, and the allow-l
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import pwd
@@ -25,11 +26,11 @@ from pathlib import Path
 import wakeline
 from wakeline.checks import sandbox_check
 from wakeline.config import Config, RouteConfig
-from wakeline.errors import ConfigError, ConfinementFailed
+from wakeline.errors import ConfigError, ConfinementFailed, WorkspaceFailed
 from wakeline.sandbox.gitdirs import worktree_dirs
 from wakeline.sandbox.hosts import AllowList
 from wakeline.sandbox.layout import RUN_DIR, Layout, bwrap_argv, unseen, within
-from wakeline.sandbox.probe import Probe, probe
+from wakeline.sandbox.probe import Probe
 from wakeline.sandbox.proxy import AllowProxy, ProxyTurn
 from wakeline.sandbox.tools import tool_paths
 
@@ -137,7 +138,7 @@ class Sandbox:
                     turn.conversation_id, turn.issue_key,
                     f"The agent's request to {host}:{port} was refused: {why}.",
                     f"{turn.turn_id}:{host}:{port}"))
-        self._serial = 0
+        self._serial = itertools.count(1)  # each `allow` turn's socket name (runner threads)
         self._tools = tool_paths_of_wakeline()
         self._cache: dict[tuple[str, str, tuple[str, ...], str], _Parts] = {}
 
@@ -211,8 +212,8 @@ class Sandbox:
         if route.repo:
             try:
                 git = worktree_dirs(workspace, config.path(route.repo))
-            except Exception as exc:
-                raise ConfinementFailed(str(getattr(exc, "detail", exc))) from None
+            except WorkspaceFailed as exc:
+                raise ConfinementFailed(exc.detail) from None
         bound = (workspace, *(git.writable if git else ()), *parts.bound)
         confined = Confined((), {})
         sockets: list[tuple[Path, str]] = []
@@ -227,8 +228,7 @@ class Sandbox:
                 inside.pop(name, None)
                 inside.pop(name.lower(), None)
         if route.network == "allow" and self.proxy is not None:
-            self._serial += 1
-            path = self.runtime / f"p{self._serial}.sock"
+            path = self.runtime / f"p{next(self._serial)}.sock"
             index = config.routes.index(route) if route in config.routes else 0
             self.proxy.open(ProxyTurn(turn_id, conversation_id, issue_key,
                                       AllowList(route.allow_hosts),
@@ -299,14 +299,6 @@ class Sandbox:
     def checks(self) -> list[dict[str, object]]:
         """The doctor's `sandbox` item (as the running service's doctor lists it)."""
         return [sandbox_check(self.config, self.probe).to_json()]
-
-
-def probe_for(config: Config) -> Probe:
-    """Run the start-up probe with the namespaces this config's routes need."""
-    bwrap = config.sandbox.bwrap
-    if os.sep in bwrap:
-        bwrap = str(config.path(bwrap))
-    return probe(bwrap, network=any(r.network != "open" for r in config.routes))
 
 
 def require_sandbox(config: Config, found: Probe) -> None:

@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from wakeline.config import Config
 from wakeline.sandbox.layout import Layout, bwrap_argv
 
 TIMEOUT_SECONDS = 10.0
@@ -37,6 +38,14 @@ class Probe:
     fix: str | None = None
 
 
+def probe_for(config: Config) -> Probe:
+    """The start-up probe, with the namespaces this config's routes need."""
+    bwrap = config.sandbox.bwrap
+    if os.sep in bwrap:
+        bwrap = str(config.path(bwrap))
+    return probe(bwrap, network=any(r.network != "open" for r in config.routes))
+
+
 def probe(bwrap: str, *, network: bool, timeout: float = TIMEOUT_SECONDS) -> Probe:
     """Run `true` confined as a turn would be (with a network namespace when `network`)."""
     found = bwrap if os.sep in bwrap else shutil.which(bwrap)
@@ -51,7 +60,8 @@ def probe(bwrap: str, *, network: bool, timeout: float = TIMEOUT_SECONDS) -> Pro
     argv = bwrap_argv(found, layout, ["true"])
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=timeout, env={"PATH": "/usr/bin:/bin"})
+                              errors="replace", timeout=timeout, env={"PATH": "/usr/bin:/bin"},
+                              check=False)
     except subprocess.TimeoutExpired:
         return Probe(found, False, f"{found} did not finish in {timeout:g} s", USERNS)
     except OSError as exc:

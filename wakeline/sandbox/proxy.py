@@ -298,7 +298,7 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
 def _answer(conn: socket.socket, status: int, text: str) -> None:
     reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway",
               503: "Service Unavailable"}[status]
-    body = f"wakeline proxy: {text}\n".encode("utf-8")
+    body = f"wakeline proxy: {text}\n".encode()
     try:
         conn.sendall(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("ascii")

@@ -85,7 +85,7 @@ def test_no_secret_of_wakelines_is_readable_or_in_the_environment(
     state = tmp_path / "state0"
     state.mkdir()
     (state / "operator.token").write_text(OPERATOR_TOKEN + "\n")
-    h, said = probe(harness, {
+    _, said = probe(harness, {
         "read": [*(str(secrets / n) for n in files), str(conf), str(state / "operator.token"),
                  str(state / "wakeline.db"), str(state / "journal" / "entries.jsonl")],
         "list": [str(state), str(state / "journal")],
@@ -116,7 +116,7 @@ def test_a_worktree_commits_but_its_repositorys_hooks_and_config_stay_out_of_rea
         harness: Callable[..., Any], repo: Path) -> None:
     common = repo / ".git"
     config_before = (common / "config").read_text()
-    h, said = probe(harness, {
+    _, said = probe(harness, {
         "write": ["feature.txt", str(common / "hooks" / "post-checkout"), str(common / "config"),
                   ".git", str(repo / "README.md")],
         "run": [["git", "add", "feature.txt"], ["git", "commit", "-q", "-m", "from the sandbox"],

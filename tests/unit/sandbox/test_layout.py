@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import git
 from wakeline.errors import WorkspaceFailed
 from wakeline.sandbox.gitdirs import DEV_NULL, worktree_dirs
 from wakeline.sandbox.layout import Layout, bwrap_argv
@@ -25,12 +24,12 @@ HOME = STATE / "homes" / "eng"
 
 
 def layout(**kw: object) -> Layout:
-    base: dict[str, object] = dict(
-        workspace=WORKSPACE, home=HOME, network="off", hidden=(STATE, Path("/home/svc")),
-        secrets=(Path("/etc/wl/wakeline.toml"),), tools=(Path("/home/svc/.pyenv/versions/3.11"),
-                                                         Path("/usr/lib/python3")),
-        writable=(Path("/srv/cache"),),
-        sockets=((Path("/tmp/wakeline-x/api.sock"), "api.sock"),))
+    base: dict[str, object] = {
+        "workspace": WORKSPACE, "home": HOME, "network": "off",
+        "hidden": (STATE, Path("/home/svc")), "secrets": (Path("/etc/wl/wakeline.toml"),),
+        "tools": (Path("/home/svc/.pyenv/versions/3.11"), Path("/usr/lib/python3")),
+        "writable": (Path("/srv/cache"),),
+        "sockets": ((Path("/tmp/wakeline-x/api.sock"), "api.sock"),)}
     base.update(kw)
     return Layout(**base)  # type: ignore[arg-type]
 
@@ -108,7 +107,7 @@ def test_a_worktree_gets_what_git_commit_needs_and_never_the_repositorys_config(
     own = common / "worktrees" / "cv_1"
     dirs = worktree_dirs(placement.path, repo)
     assert set(dirs.writable) == {common / "objects", common / "refs", common / "logs", own}
-    pinned = dict((target, source) for source, target in dirs.pinned)
+    pinned = {target: source for source, target in dirs.pinned}
     assert pinned[placement.path / ".git"] == placement.path / ".git"
     assert pinned[own / "commondir"] == own / "commondir"
     assert pinned[own / "config.worktree"] == DEV_NULL  # none yet: an empty one, read-only
