@@ -5,8 +5,8 @@ Built once by the composition root with the start-up probe's answer. Per turn, o
 while bubblewrap cannot run and `mode = "auto"`); on the runner thread, once the workspace is
 ready, `confine` gives the argv and environment to spawn: `bwrap ... -- agent`, or under
 `network = "off"`/`"allow"` `bwrap ... -- python launcher.py RELAYS -- agent`. The part owns
-a private runtime directory (owner-only, short enough for Unix socket paths) holding the
-operator API's Unix socket and each `allow` turn's proxy socket, and the allow-list proxy.
+a runtime directory (`<state_dir>/run`, owner-only) holding the operator API's Unix socket
+and each `allow` turn's proxy socket, and the allow-list proxy.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ API_SOCKET = "api.sock"
 PROXY_SOCKET = "proxy.sock"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 LAUNCHER_FAILED = 125
+RUNTIME_PATH_MAX = 90  # leaves room for a socket's name within the 107 bytes of sun_path
 # What Claude Code needs to run its own sandbox (its Bash tool's) inside this one: no fresh /proc.
 CLAUDE_NESTED = '{"sandbox": {"enableWeakerNestedSandbox": true}}'
 
@@ -132,7 +133,7 @@ class Sandbox:
         self.runtime: Path | None = None
         self.proxy: AllowProxy | None = None
         if self.confining:
-            self.runtime = Path(tempfile.mkdtemp(prefix="wakeline-", dir=_short_tmp()))
+            self.runtime = _runtime_dir(config.state_path)
             if any(r.network == "allow" for r in config.routes):
                 self.proxy = AllowProxy(self.runtime, lambda turn, host, port, why: on_refused(
                     turn.conversation_id, turn.issue_key,
@@ -363,10 +364,16 @@ def _ready(path: Path, what: str) -> Path:
     return _real(path)
 
 
-def _short_tmp() -> str | None:
-    """A temporary directory whose paths fit a Unix socket's 108 bytes."""
-    base = tempfile.gettempdir()
-    return base if len(base) < 40 else "/tmp"
+def _runtime_dir(state: Path) -> Path:
+    """Where wakeline's sockets for the sandboxes live: `<state_dir>/run` (what a crash
+    left there is cleared; confined agents never see the state dir), or a private temporary
+    directory when that path is too long for a Unix socket's 108 bytes."""
+    run = state / "run"
+    if len(str(run)) > RUNTIME_PATH_MAX:
+        return Path(tempfile.mkdtemp(prefix="wakeline-", dir="/tmp"))
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(mode=0o700, parents=True)
+    return run
 
 
 def _real(path: Path) -> Path:
