@@ -76,6 +76,16 @@ def main() -> int:
                  f"{rate:.0f}", f"{spawns:.0f}", f"{rate / spawns:.2f}"))
     rows.append(("turns", "the same drain from serve's spawn, start-up included (same baseline)",
                  f"{with_start:.0f}", f"{spawns:.0f}", f"{with_start / spawns:.2f}"))
+    for network, start_c, added, drain_c, share in re.findall(
+            r'network = "(\w+)", beside \[1\] and \[2\]:\n\s+webhook -> agent start p50 ([\d.]+) ms'
+            r'.*?\+([\d.-]+) ms at p50.*?\n\s+drain (\d+) turns/s \(first turn -> last\) = ([\d.]+)',
+            text):
+        rows.append(("turns", f"confined (bubblewrap, network={network}): agent start p50, ms "
+                     "(baseline: unconfined, same run; target ≤ +10 ms)", start_c,
+                     f"{float(start_c) - float(added):.1f}", f"+{added}"))
+        rows.append(("turns", f"confined (network={network}): drain, turns/s (baseline: "
+                     "unconfined, same run; target ≥ 0.5)", drain_c,
+                     f"{float(drain_c) / float(share):.0f}", share))
     agents = number(r"CPU per turn: serve [\d.]+ ms, agents ([\d.]+) ms", text)
     rows.append(("turns", "service CPU per turn, ms (target ≤ 3; baseline: the agent's own)",
                  f"{cpu:.1f}", f"{agents:.1f}", f"{cpu / agents:.2f}"))

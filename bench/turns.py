@@ -37,6 +37,12 @@ to Linear before the agent starts (with a credential it would).
      threads + 16 (bounded by the configuration, never growing with the
      conversations), peak RSS < 300 MB.
 
+  3  confined: parts 1 and 2 again, each turn in bubblewrap (`sandbox.mode = "required"`),
+     for each route network of `--sandbox` ("open": bwrap alone; "off": bwrap and the
+     launcher that relays wakeline's API into the turn's own network namespace). The agent
+     writes its line into its route's `writable` directory. Targets: at most 10 ms added to
+     the unconfined start p50, and a drain at least 0.5 of the unconfined one.
+
 Bounded: every loop has a deadline, only loopback is used, and the serve child
 is terminated on exit, on Ctrl-C, on SIGTERM and on error.
 """
@@ -76,6 +82,7 @@ from wakeline.models.states import Outcome, Ownership  # noqa: E402
 from wakeline.models.store import Store  # noqa: E402
 from wakeline.providers.linear.adapter import ISSUE_NAMESPACE  # noqa: E402
 from wakeline.providers.linear.signature import sign  # noqa: E402
+from wakeline.sandbox.probe import probe  # noqa: E402
 
 HOST = "127.0.0.1"
 SECRET = "bench-turns-webhook-secret-7Qm2Zr9x"
@@ -89,6 +96,10 @@ AGENT = ["/bin/sh", "-c",
 # agent can be (issue 26 measured against it). The spawn rate runs the same one.
 DRAIN_AGENTS = {"sh": AGENT, "true": ["/bin/true"]}
 LATENCY_TARGET_MS = 50.0
+# Confined turns (bubblewrap): at most this much added to the unconfined start p50, and a
+# drain at least this share of the unconfined one (issue 37).
+CONFINED_START_TARGET_MS = 10.0
+CONFINED_DRAIN_TARGET = 0.5
 RSS_TARGET_MB = 300.0
 # Everything else (actors, the admission writer, the listeners' loops, the fork server's
 # reader) is a fixed few: the target is that nothing grows with the number of turns.
@@ -153,17 +164,24 @@ def read_starts(path: Path) -> list[tuple[int, str]]:
 
 @dataclass
 class ServeChild:
-    """One `wakeline serve` on free loopback ports, with its own state dir."""
+    """One `wakeline serve` on free loopback ports, with its own state dir. `sandbox`: "none"
+    (unconfined), or the route's network with every turn in bubblewrap ("open", "off")."""
 
     root: Path
     starts: Path
     agent: list[str] = field(default_factory=lambda: list(AGENT))
+    sandbox: str = "none"
     webhook_port: int = field(default_factory=free_port)
     operator_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
         self.config_path = self.root / "wakeline.toml"
+        # A confined agent writes its line into a directory of its route's `writable`.
+        confined = ('[sandbox]\nmode = "none"\n' if self.sandbox == "none" else
+                    '[sandbox]\nmode = "required"\n')
+        route = ("" if self.sandbox == "none" else
+                 f'network = "{self.sandbox}"\nwritable = ["{self.starts.parent}"]\n')
         self.config_path.write_text(
             'state_dir = "state"\nlog_level = "WARNING"\n'
             f'[server]\nwebhook_host = "{HOST}"\nwebhook_port = {self.webhook_port}\n'
@@ -173,7 +191,7 @@ class ServeChild:
             f"max_concurrent_turns = {MAX_CONCURRENT_TURNS}\n"
             # No credential is given (the local backend); were one found, it would stay on loopback.
             f'[linear]\norganization_id = "{ORG}"\napi_url = "http://{HOST}:9/graphql"\n'
-            '[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
+            + confined + '[[routes]]\nname = "eng"\nteams = ["ENG"]\n' + route
         )
         self.config = parse_config(_toml(self.config_path), self.root)
 
@@ -390,6 +408,14 @@ def spawn_rate(n: int, concurrency: int, work: Path, agent: list[str]) -> float:
     return n / (time.monotonic() - t0)
 
 
+def _starts(work: Path, name: str) -> Path:
+    """Where the agents write their start lines: a directory of its own, outside the state
+    dir (a confined agent may write it: its route's `writable`)."""
+    folder = work / f"{name}-starts"
+    folder.mkdir()
+    return folder / "starts"
+
+
 # --- part 1: webhook-to-agent-start latency ---------------------------------------------------
 
 
@@ -410,11 +436,11 @@ def session_body(i: int, run: str) -> bytes:
     return json.dumps(body).encode()
 
 
-def latency(n: int, spacing_ms: float, work: Path) -> dict[str, Any]:
-    root = work / "latency"
+def latency(n: int, spacing_ms: float, work: Path, sandbox: str = "none") -> dict[str, Any]:
+    root = work / f"latency-{sandbox}"
     root.mkdir()
-    starts = root / "starts"
-    child = ServeChild(root, starts)
+    starts = _starts(work, f"latency-{sandbox}")
+    child = ServeChild(root, starts, sandbox=sandbox)
     child.start()
     child.wait_ready()
     run = uuid.uuid4().hex[:8]
@@ -504,11 +530,12 @@ def open_count(db: Path) -> tuple[int, int]:
         conn.close()
 
 
-def drain(n: int, batch: int, work: Path, agent: list[str]) -> dict[str, Any]:
-    root = work / "drain"
+def drain(n: int, batch: int, work: Path, agent: list[str], sandbox: str = "none"
+          ) -> dict[str, Any]:
+    root = work / f"drain-{sandbox}"
     root.mkdir()
-    starts = root / "starts"
-    child = ServeChild(root, starts, agent)
+    starts = _starts(work, f"drain-{sandbox}")
+    child = ServeChild(root, starts, agent, sandbox)
     child.config.state_path.mkdir(parents=True, mode=0o700)
     populated_s = populate(child, n, batch)
     assert open_count(child.database) == (n, n)
@@ -559,6 +586,28 @@ def drain(n: int, batch: int, work: Path, agent: list[str]) -> dict[str, Any]:
 # --- main -------------------------------------------------------------------------------------
 
 
+def bwrap_agent(network: str, agent: list[str]) -> list[str]:
+    """The agent in bubblewrap alone (a turn's namespaces, the host's root read-only): what
+    the kernel's part of a confined turn costs, with no wakeline around it."""
+    from wakeline.sandbox.layout import Layout, bwrap_argv
+
+    scratch = Path("/tmp")
+    return bwrap_argv("bwrap", Layout(workspace=scratch, home=scratch, network=network,
+                                      hidden=(), secrets=(), tools=()), agent)
+
+
+def sandboxes(wanted: str) -> list[str]:
+    """The confined variants to measure: those asked for, where bubblewrap can run."""
+    networks = [n.strip() for n in wanted.split(",") if n.strip()]
+    if not networks:
+        return []
+    found = probe("bwrap", network="open" not in networks or len(networks) > 1)
+    if not found.available:
+        print(f"no confined figures: {found.detail}", flush=True)
+        return []
+    return networks
+
+
 def load() -> str:
     """The 1, 5 and 15 minute load averages: other work on the machine skews every figure."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -569,7 +618,9 @@ def yes(met: bool) -> str:
 
 
 def report(base: dict[str, float], lat: dict[str, Any], d: dict[str, Any] | None,
-           spacing_ms: float, rates: list[float]) -> bool:
+           spacing_ms: float, rates: list[float],
+           confined: dict[str, tuple[dict[str, Any], dict[str, Any] | None, float | None]]
+           | None = None) -> bool:
     """Print every figure, then a markdown table; True when every target is met."""
     L, A = lat["latency"], lat["ack"]
     met_latency = L["p99"] < LATENCY_TARGET_MS and not lat["errors"] and not lat["unmatched"]
@@ -638,6 +689,39 @@ def report(base: dict[str, float], lat: dict[str, Any], d: dict[str, Any] | None
             ("peak RSS / VmHWM of serve", f"{d['peak_rss_mb']:.0f} / {d['hwm_mb']:.0f} MB",
              f"< {RSS_TARGET_MB:g} MB", "yes" if met_rss else "no"),
         ]
+    for network, (cl, cd, alone) in (confined or {}).items():
+        CL = cl["latency"]
+        added = CL["p50"] - L["p50"]
+        met_start = added <= CONFINED_START_TARGET_MS and not cl["errors"] and not cl["unmatched"]
+        ok = ok and met_start
+        print(f"\n[3] confined turns, bubblewrap with network = \"{network}\", beside [1] and [2]:\n"
+              f"    webhook -> agent start p50 {CL['p50']:.2f} ms, p99 {CL['p99']:.2f} ms, "
+              f"max {CL['max']:.2f} ms (unmatched {cl['unmatched']}): "
+              f"+{added:.2f} ms at p50 (target <= {CONFINED_START_TARGET_MS:g} ms: {yes(met_start)})")
+        rows.append((f"confined (network={network}): webhook → agent start p50 / p99, "
+                     f"added at p50", f"{CL['p50']:.1f} / {CL['p99']:.1f} ms, +{added:.1f} ms",
+                     f"≤ +{CONFINED_START_TARGET_MS:g} ms", "yes" if met_start else "no"))
+        if cd is not None and d is not None:
+            share = cd["turn_rate"] / d["turn_rate"]
+            complete = cd["results"] == {"response": cd["conversations"]} and cd["turns_left"] == 0
+            met_drain = share >= CONFINED_DRAIN_TARGET and complete
+            ok = ok and met_drain
+            print(f"    drain {cd['turn_rate']:.0f} turns/s (first turn -> last) = {share:.2f} of "
+                  f"unconfined (target >= {CONFINED_DRAIN_TARGET:g}: {yes(met_drain)}); "
+                  f"CPU per turn: serve {cd['cpu_ms_per_turn']:.1f} ms, agents (bwrap and all) "
+                  f"{cd['agent_cpu_ms_per_turn']:.1f} ms; "
+                  f"{'complete' if complete else 'INCOMPLETE'}")
+            if alone:
+                print(f"    the agent in bubblewrap alone, {MAX_CONCURRENT_TURNS} at a time: "
+                      f"{alone:.0f} spawns/s; the confined drain is {cd['turn_rate'] / alone:.2f}"
+                      " of it")
+            rows.append((f"confined (network={network}): drain, turns/s, first turn → last "
+                         "(share of unconfined)", f"{cd['turn_rate']:.0f} ({share:.2f})",
+                         f"≥ {CONFINED_DRAIN_TARGET:g}", "yes" if met_drain else "no"))
+            if alone:
+                rows.append((f"confined (network={network}): the agent in bubblewrap alone, "
+                             f"spawns/s, {MAX_CONCURRENT_TURNS} at a time", f"{alone:.0f}", "—",
+                             "—"))
     print("\nmarkdown:\n\n| measure | value | target | met |\n|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
@@ -661,6 +745,9 @@ def main() -> int:
                     help="spawns for the spawn rate (default: --conversations; 0 with no drain)")
     ap.add_argument("--batch", type=int, default=500,
                     help="admissions per pre-population transaction")
+    ap.add_argument("--sandbox", default="open,off",
+                    help="confined variants measured beside the unconfined one: route networks, "
+                         "comma-separated (bubblewrap; skipped where it cannot run); '' for none")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
     args = ap.parse_args()
 
@@ -688,7 +775,16 @@ def main() -> int:
             print(f"load average after the drain: {load()}", flush=True)
             if rates:
                 rates.append(spawn_rate(spawns, MAX_CONCURRENT_TURNS, work, drain_agent))
-        ok = report(base, lat, d, args.spacing_ms, rates)
+        confined = {}
+        for network in sandboxes(args.sandbox):
+            print(f"confined, network = {network}: latency, then drain", flush=True)
+            alone = spawn_rate(spawns, MAX_CONCURRENT_TURNS, work, bwrap_agent(network, drain_agent))\
+                if spawns else None
+            confined[network] = (
+                latency(args.deliveries, args.spacing_ms, work, network),
+                drain(args.conversations, args.batch, work, drain_agent, network)
+                if args.conversations > 0 else None, alone)
+        ok = report(base, lat, d, args.spacing_ms, rates, confined)
     finally:
         _stop_children()
         if args.keep:

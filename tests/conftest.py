@@ -86,7 +86,8 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 @pytest.fixture
 def make_config(tmp_path: Path, database_url: str | None,
                 request: pytest.FixtureRequest) -> Callable[..., Config]:
-    """Build a Config rooted in tmp_path, with free ports; keyword sections override.
+    """Build a Config rooted in tmp_path, with free ports; keyword sections override
+    (`source`: the config file it was read from).
 
     On PostgreSQL each state dir gets its own database, as each gets its own SQLite file."""
     databases: dict[str, str] = {}
@@ -98,6 +99,9 @@ def make_config(tmp_path: Path, database_url: str | None,
                        "threads": 4},
             # Never Linear itself: port 9 on loopback refuses at once unless a test starts a fake.
             "linear": {"api_url": "http://127.0.0.1:9/graphql"},
+            # Unconfined unless a test asks: the fake agents report through files in tmp_path,
+            # which a confined turn cannot see (tests/integration/actors/test_sandbox*.py).
+            "sandbox": {"mode": "none"},
         }
         if database_url is not None:
             state = str(overrides.get("state_dir", raw["state_dir"]))
@@ -105,12 +109,13 @@ def make_config(tmp_path: Path, database_url: str | None,
                 databases[state] = database_url if not databases else \
                     request.getfixturevalue("postgres").create_database()
             raw["scale"] = {"engine": "dbos", "database_url": databases[state]}
+        source = overrides.pop("source", None)  # the config file it stands for, if any
         for key, value in overrides.items():
             if isinstance(value, dict) and isinstance(raw.get(key), dict):
                 raw[key] = {**raw[key], **value}
             else:
                 raw[key] = value
-        return parse_config(raw, tmp_path)
+        return parse_config(raw, tmp_path, source=source)
 
     return make
 

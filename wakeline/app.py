@@ -59,6 +59,8 @@ from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.recorder import Recorder
 from wakeline.routing import Router
+from wakeline.sandbox.part import Sandbox, require_sandbox
+from wakeline.sandbox.probe import Probe, probe_for
 from wakeline.scheduling import (
     Scheduler, engine_shares, host_id_of, shared_engine, store_target,
 )
@@ -171,9 +173,13 @@ class Service:
     stopped: bool = False
     matrix: Any = None  # MatrixRoutes, when [matrix.connections.*] exist (decision 0024)
     discord: Any = None  # DiscordService when a bot token is configured
+    sandbox: Sandbox | None = None  # confines the turns (decision 0034)
 
     def start(self) -> None:
-        """Start the fork server, recover the FIFO, then the writer, the listeners, the ticker."""
+        """Start the sandbox's proxy and the fork server, recover the FIFO, then the writer, the
+        listeners, the ticker."""
+        if self.sandbox is not None:
+            self.sandbox.start()
         self.turn_env.forkserver.start()
         self.supervisor.recover().get()
         self.writer.start()
@@ -214,6 +220,8 @@ class Service:
         self.journal.actor_ref.stop()
         pykka.ActorRegistry.stop_all()  # anything started meanwhile
         self.turn_env.forkserver.stop()  # after the slots: their agents had their grace period
+        if self.sandbox is not None:
+            self.sandbox.stop()
         if self.turn_env.runners is not None:
             self.turn_env.runners.shutdown(wait=False, cancel_futures=True)
         # Every pooled connection closes (on PostgreSQL each holds a server session); a runner
@@ -232,13 +240,21 @@ def build_service(
     agent_cpus: frozenset[int] | None = None,
     ownership_backoff_seconds: Sequence[float] = OWNERSHIP_BACKOFF_SECONDS,
     discord_tuning: Any = None,
+    sandbox_probe: Probe | None = None,
 ) -> Service:
     """Wire a service; nothing runs until `start`. `agent_cpus`: the CPUs agents may use
     when the service's own threads were confined to one (`cpus.pin_to_one_cpu`);
-    `discord_tuning`: a `DiscordTuning` with shorter waits (tests)."""
+    `discord_tuning`: a `DiscordTuning` with shorter waits (tests); `sandbox_probe`: what
+    `serve` found of bubblewrap (probed here when not given).
+
+    Raises:
+        ConfigError: `sandbox.mode = "required"` and bubblewrap cannot run here.
+    """
     clock = clock or SystemClock()
     if secrets.operator_token is None:
         raise ValueError("an operator token is required (prepare_state creates one)")
+    sandbox_probe = sandbox_probe or probe_for(config)
+    require_sandbox(config, sandbox_probe)  # before anything is opened
     # The state dir holds secrets and the journal whichever backend holds the store.
     config.state_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     host_id = host_id_of(config)
@@ -265,6 +281,9 @@ def build_service(
     recorder = Recorder(journal, lambda: to_ms(clock.now()), owner_user_ids=config.linear.owner_user_ids,
                         owner_emails=config.linear.owner_emails, people=people)
     operator_url: list[str] = []
+    sandbox = Sandbox(config, sandbox_probe, on_refused=lambda cid, key, text,
+                      source: recorder.lifecycle(cid, "proxy_refused", text, source=source,
+                                                 issue_key=key))
     turn_env = TurnEnv(
         store=store,
         clock=clock,
@@ -277,6 +296,7 @@ def build_service(
         # Agents start in the fork server, which keeps every CPU the service was given.
         forkserver=ForkServer(agent_cpus),
         workflow=workflow,
+        sandbox=sandbox,
         # One runner per turn slot: a slot is freed only once its runner has finished.
         runners=ThreadPoolExecutor(config.agent.max_concurrent_turns,
                                    thread_name_prefix="turn-runner"),
@@ -475,15 +495,18 @@ def build_service(
             extra_checks=[check for check in (retention.checks,
                                               discord.checks if discord is not None else None,
                                               matrix.doctor if matrix is not None else None,
-                                              engine.checks if engine is not None else None)
+                                              engine.checks if engine is not None else None,
+                                              sandbox.checks)
                           if check is not None],
             hosts=scheduler.hosts,
+            sandbox=sandbox.status,
         ),
         host=server.operator_host,
         port=server.operator_port,
         threads=server.threads,
         max_body_bytes=server.max_body_bytes,
         name="operator",
+        unix_socket=str(sandbox.api_socket) if sandbox.api_socket is not None else None,
     )
     operator_url.append(operator.url)
     ticks = [0]
@@ -514,7 +537,7 @@ def build_service(
     ticker = Ticker(tick, tick_seconds)
     return Service(config, clock, store, writer, metrics, tokens, inbox, ingress, operator,
                    supervisor, tracker, echo_memory, journal, journal_file, ticker, turn_env,
-                   scheduler, matrix=matrix, discord=discord)
+                   scheduler, matrix=matrix, discord=discord, sandbox=sandbox)
 
 
 def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store,
@@ -556,11 +579,13 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     os.umask(0o077)
     require_extras(config, environ)  # before anything is created or started (decision 0032)
     check_routes(config, workspaces_of(config))
+    probe = probe_for(config)  # once: the service and its doctor go by what it found
+    require_sandbox(config, probe)
     secrets = prepare_state(config, environ)
     setup_logging(config.log_level, secrets.values())
     # Before any thread starts: every thread of the service inherits the one CPU.
     agent_cpus = pin_to_one_cpu() if config.server.single_cpu else None
-    service = build_service(config, secrets, agent_cpus=agent_cpus)
+    service = build_service(config, secrets, agent_cpus=agent_cpus, sandbox_probe=probe)
     # What start-up built (modules, config, actors) lives as long as the process: kept out of
     # the collector's sight, a full collection no longer walks it. Without this, one came
     # every few hundred turns and stalled every thread for 40-100 ms (bench/discord.py p99).

@@ -1,5 +1,6 @@
 """Checks a config can be given without a running service: routes, agent commands, ports,
-disk, and the optional parts it turns on (installed, and the Discord token its routes need).
+disk, the optional parts it turns on (installed, and the Discord token its routes need), and
+whether bubblewrap can confine turns here.
 
 The doctor (`GET /v1/doctor`) runs them inside the service; `wakeline doctor` runs them
 itself when no service answers, so a newcomer can check a config before the first
@@ -20,6 +21,7 @@ from typing import Any, Mapping
 
 from wakeline.config import Config
 from wakeline.extras import Finder, discord_token_key, wanted
+from wakeline.sandbox.probe import Probe, probe_for
 from wakeline.secrets import DISCORD_TOKEN_ENV
 from wakeline.workspaces import Workspaces
 
@@ -183,11 +185,26 @@ def matrix_checks(config: Config) -> list[Check]:
     return checks
 
 
+def sandbox_check(config: Config, probe: Probe) -> Check:
+    """Whether turns run confined (CONTRACT section 12): failed when bubblewrap cannot run
+    here, said when the config turns confinement off."""
+    mode = config.sandbox.mode
+    if mode == "none":  # the operator's choice: said, not failed
+        return Check("sandbox", True, 'sandbox.mode = "none": turns run unconfined, with the '
+                     "service user's whole reach (docs/operations.md, Confined turns)")
+    if probe.available:
+        return Check("sandbox", True, f"{mode}: every turn runs in bubblewrap ({probe.detail})")
+    what = ("serve refuses to start" if mode == "required" else
+            "turns run unconfined and public routes' turns are refused")
+    return Check("sandbox", False, f"sandbox.bwrap: {probe.detail}; {what}", probe.fix)
+
+
 def local_checks(config: Config, environ: Mapping[str, str] | None = None) -> list[Check]:
     """What `wakeline doctor` can tell without the service: routes, commands, ports, disk,
     the optional parts; `environ` (the CLI's) may hold the Discord token."""
     discord_key = discord_token_key(config, environ or {})
     return [*route_checks(config), *command_checks(config), *port_checks(config),
             disk_check(config), *extras_checks(config, discord_key),
-            *discord_checks(config, discord_key), *matrix_checks(config)]
+            *discord_checks(config, discord_key), *matrix_checks(config),
+            sandbox_check(config, probe_for(config))]
 

@@ -163,9 +163,21 @@ def _status_text(data: dict[str, Any]) -> str:
         f"inbox: {data['inbox']['unread']} unread",
         f"live actors: {data['liveActors']}, threads: {data['threads']}",
         _linear_status(data.get("linear")),
+        *_sandbox_status(data.get("sandbox")),
         *_matrix_status(data.get("matrix")),
         *_hosts_status(data.get("hosts")),
     ])
+
+
+def _sandbox_status(sandbox: dict[str, Any] | None) -> list[str]:
+    """How turns are confined: in red when they are not (CONTRACT section 12)."""
+    if not sandbox:
+        return []
+    confined = sandbox["available"] and sandbox["mode"] != "none"
+    head = "sandbox: " + (f"on ({sandbox['mode']})" if confined else
+                          click.style("TURNS UNCONFINED", fg="red", bold=True) +
+                          f" ({sandbox['mode']})")
+    return [f"{head}: {sandbox['detail']}"]
 
 
 def _hosts_status(hosts: list[dict[str, Any]] | None) -> list[str]:

@@ -9,19 +9,23 @@ or the environment, and only `Secrets` ever holds their values.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
-    AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator,
-    model_validator,
+    AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, ValidationInfo, ValidationError,
+    field_validator, model_validator,
 )
 
 from wakeline.errors import ConfigError
+from wakeline.sandbox.hosts import parse_rule
 
 DEFAULT_CONFIG_NAME = "wakeline.toml"
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CONFIG_ENV = "WAKELINE_CONFIG"
 
 
@@ -214,6 +218,30 @@ class RouteConfig(_Section):
         description="Optional Discord text channel id: each issue conversation of the route gets "
         "one control thread under it (needs a [discord] token).",
     )
+    network: Literal["open", "off", "allow"] = Field(
+        "open", description='A confined turn\'s network: "open" the host\'s, "off" none at all, '
+        '"allow" only `allow_hosts`, through wakeline\'s proxy. wakeline\'s own API is reachable '
+        "in every mode.",
+    )
+    allow_hosts: list[Annotated[str, AfterValidator(parse_rule)]] = Field(
+        default_factory=list, description='With network = "allow": the hosts a turn may reach, '
+        '"host" (ports 80 and 443) or "host:port".',
+    )
+    home: str = Field(
+        "", description="The agent's HOME inside the sandbox, kept between turns; empty: "
+        "<state_dir>/homes/<route name>.",
+    )
+    writable: list[str] = Field(
+        default_factory=list, description="More host paths this route's confined agents may "
+        "write (a shared cache, say).",
+    )
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _allow_needs_allow(cls, hosts: list[str], info: ValidationInfo) -> list[str]:
+        if hosts and info.data.get("network") != "allow":
+            raise ValueError('allow_hosts needs network = "allow"')
+        return hosts
 
 
 MATRIX_ID = r"^@[^:\s]+:\S+$"
@@ -341,6 +369,18 @@ class ScaleConfig(_Section):
         return url
 
 
+class SandboxConfig(_Section):
+    """How turns are confined (bubblewrap)."""
+
+    mode: Literal["auto", "required", "none"] = Field(
+        "auto", description='"auto": confine every turn when bubblewrap works here, else run '
+        'unconfined (public routes refuse their turns); "required": never run a turn unconfined '
+        '(serve exits 2 when bubblewrap cannot run); "none": unconfined.',
+    )
+    bwrap: str = Field("bwrap", min_length=1,
+                       description="The bubblewrap binary: a name on PATH or a path.")
+
+
 def _default_routes() -> list[RouteConfig]:
     return [RouteConfig(name="default", teams=["ENG"])]
 
@@ -364,12 +404,15 @@ class Config(_Section):
         default_factory=DiscordConfig, description="Discord control threads."
     )
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Past one host.")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig,
+                                   description="How turns are confined.")
     routes: list[RouteConfig] = Field(
         default_factory=_default_routes, description="Routes; any [[routes]] replaces the default."
     )
     matrix: MatrixConfig = Field(default_factory=MatrixConfig,
                                  description="Matrix connections and routes (off when empty).")
     base_dir: Path = Field(Path("."), exclude=True, description="Directory of the config file.")
+    source: Path | None = Field(None, exclude=True, description="The config file, when one was read.")
 
     @field_validator("routes")
     @classmethod
@@ -422,6 +465,37 @@ class Config(_Section):
     def operator_token_path(self) -> Path:
         """The operator token file (0600)."""
         return self.state_path / "operator.token"
+
+    def route_home(self, route: RouteConfig) -> Path:
+        """A confined agent's HOME: the route's `home`, else `<state_dir>/homes/<route name>`
+        (a name that is not a plain file name is stood in for by its hash)."""
+        if route.home:
+            return self.path(route.home)
+        name = route.name
+        if not _PLAIN_NAME.match(name) or name in (".", ".."):
+            name = "route-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+        return self.state_path / "homes" / name
+
+    def secret_files(self) -> list[tuple[str, Path]]:
+        """(key, path) of every secret file this config names (each `*_file` key, whatever its
+        section), then the operator token and the Linear app's token file."""
+        found: list[tuple[str, Path]] = []
+
+        def walk(model: BaseModel, prefix: str) -> None:
+            for name in type(model).model_fields:
+                value = getattr(model, name)
+                if isinstance(value, BaseModel):
+                    walk(value, f"{prefix}{name}.")
+                elif isinstance(value, dict):
+                    for key, item in value.items():
+                        if isinstance(item, BaseModel):
+                            walk(item, f"{prefix}{name}.{key}.")
+                elif name.endswith("_file") and isinstance(value, str) and value:
+                    found.append((prefix + name, self.path(value)))
+
+        walk(self, "")
+        return [*found, ("operator token", self.operator_token_path),
+                ("linear app token", self.oauth_token_path)]
 
     def matrix_store_path(self, connection: str) -> Path:
         """A Matrix connection's end-to-end crypto store (nio's), under the state dir."""
@@ -479,17 +553,55 @@ def load_config(path: Path, *, required: bool = False) -> Config:
         raise ConfigError(str(path), f"cannot read: {exc.__class__.__name__}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    if "base_dir" in raw:
-        raise ConfigError("base_dir", "unknown key")
-    return parse_config(raw, base)
+    for internal in ("base_dir", "source"):
+        if internal in raw:
+            raise ConfigError(internal, "unknown key")
+    return parse_config(raw, base, source=path.resolve())
 
 
-def parse_config(raw: dict[str, object], base_dir: Path) -> Config:
-    """Validate a config mapping (as read from TOML)."""
+def parse_config(raw: dict[str, object], base_dir: Path, *, source: Path | None = None) -> Config:
+    """Validate a config mapping (as read from TOML from `source`)."""
     try:
-        return Config.model_validate({**raw, "base_dir": base_dir})
+        config = Config.model_validate({**raw, "base_dir": base_dir, "source": source})
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(root)"
         reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         raise ConfigError(key, reason) from None
+    check_confined_paths(config)
+    return config
+
+
+def check_confined_paths(config: Config) -> None:
+    """A route's `home` and `writable` paths are written by confined agents: none of them may
+    hold or lie inside the state dir (but for the default homes under `<state_dir>/homes/`),
+    and none may hold the config file or a secret file (CONTRACT section 12).
+
+    Raises:
+        ConfigError: naming the key at fault.
+    """
+    state = _real(config.state_path)
+    guarded = [("the config file", _real(config.source))] if config.source else []
+    guarded += [(key, _real(path)) for key, path in config.secret_files()]
+    for index, route in enumerate(config.routes):
+        paths = [(f"routes.{index}.writable.{n}", w) for n, w in enumerate(route.writable)]
+        if route.home:
+            paths.insert(0, (f"routes.{index}.home", route.home))
+        for key, value in paths:
+            path = _real(config.path(value))
+            shared_homes = key.endswith(".home") and state / "homes" in path.parents
+            if (_within(path, state) and not shared_homes) or _within(state, path):
+                raise ConfigError(key, f"{path} overlaps the state dir {state}, which confined "
+                                       "agents must never see")
+            for what, secret in guarded:
+                if _within(secret, path):
+                    raise ConfigError(key, f"{path} holds {what} ({secret})")
+
+
+def _real(path: Path) -> Path:
+    """`path` made absolute with its symbolic links resolved (as far as it exists)."""
+    return Path(os.path.realpath(path))
+
+
+def _within(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents

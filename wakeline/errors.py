@@ -201,6 +201,12 @@ class WorkspaceFailed(WakelineError):
     code = "workspace_failed"
 
 
+class ConfinementFailed(WakelineError):
+    """A turn could not be confined as its route asks (CONTRACT section 12): it does not run."""
+
+    code = "confinement_failed"
+
+
 # --- Matrix routes -----------------------------------------------------------------------
 
 

@@ -124,8 +124,9 @@ class Recorder:
 
     # --- turns -------------------------------------------------------------------------------
 
-    def turn_started(self, turn: Any) -> None:
-        """What the agent was given; a turn after a question means the owner answered it."""
+    def turn_started(self, turn: Any, confinement: str = "unconfined") -> None:
+        """What the agent was given, and how it is confined ("bwrap, network=off", or
+        "unconfined"); a turn after a question means the owner answered it."""
         asked = self._questions.pop(turn.conversation_id, None)
         if asked is not None and asked != turn.turn_id:
             self._answer(turn.conversation_id, asked, "answered")
@@ -138,7 +139,8 @@ class Recorder:
             lines.append(f"- {entry.headline}" + (f": {excerpt(said, 300)}" if said else ""))
         self._tell(Note(
             id=f"turn_brief:{turn.turn_id}:{turn.attempt}", kind="turn_brief", at_ms=self._now(),
-            sender="wakeline", to="agent", text="\n".join(lines) or "(nothing new)",
+            sender="wakeline", to="agent",
+            text="\n".join([*(lines or ["(nothing new)"]), f"(confinement: {confinement})"]),
             issue_keys=(turn.issue_identifier,) if turn.issue_identifier else (),
             thread=turn.conversation_id, stage=f"attempt {turn.attempt}"))
 

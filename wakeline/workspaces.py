@@ -34,6 +34,10 @@ _FOREIGN_GIT_VARS = frozenset(
     {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
      "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE"}
 )
+# wakeline's own git runs as the service user, outside any sandbox, in worktrees agents write:
+# it never runs a hook or an fsmonitor command, whatever a config (or a committed
+# `core.hooksPath` directory) names. They are passed on to every git it starts, submodules too.
+_NOTHING_RUNS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 def _slug(text: str) -> str:
@@ -341,7 +345,7 @@ class Workspaces:
         env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", **extra)
         try:
             return subprocess.run(
-                [self._git_cmd, "-C", str(cwd), *args],
+                [self._git_cmd, *_NOTHING_RUNS, "-C", str(cwd), *args],
                 capture_output=True,
                 stdin=subprocess.DEVNULL,
                 text=True,

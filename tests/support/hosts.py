@@ -80,6 +80,8 @@ class Host:
             f"operator_port = {self.operator_port}\nthreads = 4\n"
             + (f"ingress_threads = {ingress_threads}\n" if ingress_threads else "")
             + f"[agent]\ncommand = {json.dumps(self._agent)}\n{slots}"
+            # Unconfined: the agent's log ($HOSTS_AGENT_LOG) is out of a sandbox's sight.
+            + '[sandbox]\nmode = "none"\n'
             '[linear]\napi_url = "http://127.0.0.1:9/graphql"\n'
             + scale + '[[routes]]\nname = "eng"\nteams = ["ENG"]\n')
 

@@ -59,6 +59,8 @@ class Server:
             f"operator_port = {self.operator_port}\nthreads = 4\n"
             f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), *agent])}\n"
             f"max_concurrent_turns = 4\n"
+            # Unconfined: the fake agent's log (FAKE_AGENT_LOG) is in root, out of a sandbox's sight.
+            '[sandbox]\nmode = "none"\n'
             f'[linear]\napi_url = "{linear_url}"\n'
             + (routes or f'[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
                f'[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\nprojects = ["{PROJECT}"]\n')

@@ -53,6 +53,8 @@ class Serve:
             f'[server]\nwebhook_host = "127.0.0.1"\nwebhook_port = {self.webhook_port}\n'
             f"operator_port = {self.operator_port}\nthreads = 4\n"
             f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), 'sleep', '0.1'])}\n"
+            # Unconfined: the fake agent's log (FAKE_AGENT_LOG) is in root, out of a sandbox's sight.
+            '[sandbox]\nmode = "none"\n'
             '[linear]\napi_url = "http://127.0.0.1:9/graphql"\n'
             f'[matrix.connections.me]\nhomeserver = "{world.server.url}"\n'
             f'user_id = "{world.me.user_id}"\naccess_token_file = "{world.token_file}"\n'

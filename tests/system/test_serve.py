@@ -137,6 +137,9 @@ def test_status_json_and_human_status_against_a_running_server(
     human = served.cli("status")
     assert human.returncode == 0, human.stderr
     assert human.stdout.startswith("wakeline ") and "inbox: 0 unread" in human.stdout
+    assert data["sandbox"]["mode"] == "auto"
+    assert ("sandbox: on (auto)" if data["sandbox"]["available"] else
+            "sandbox: TURNS UNCONFINED (auto)") in human.stdout
 
 
 def test_replay_signs_and_sends_recorded_deliveries(start_serve: Callable[[], Served],
@@ -254,7 +257,9 @@ def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable
     allowed = os.sched_getaffinity(0)
     runs = tmp_path / "agent-runs.jsonl"
     agent = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
-    served = start_serve(f"[agent]\ncommand = {json.dumps([sys.executable, str(agent), 'ok'])}\n",
+    # Unconfined: the fake agent's log (FAKE_AGENT_LOG) is in tmp_path, out of a sandbox's sight.
+    served = start_serve(f"[agent]\ncommand = {json.dumps([sys.executable, str(agent), 'ok'])}\n"
+                         '[sandbox]\nmode = "none"\n',
                          {"FAKE_AGENT_LOG": str(runs)},
                          server_extra="" if single_cpu else "single_cpu = false\n")
     raw, headers = signed(session_event(session_id="s-cpu"), secret=WEBHOOK_SECRET)
@@ -275,3 +280,28 @@ def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable
     assert set(map(frozenset, threads.values())) == {expected}, threads
     batch = single_cpu and batch_scheduling_allowed()  # refused: serve runs as before
     assert set(policies.values()) == {os.SCHED_BATCH if batch else os.SCHED_OTHER}, policies
+
+
+def test_serve_never_runs_turns_unconfined_when_the_sandbox_is_required(tmp_path: Path) -> None:
+    """`sandbox.mode = "required"` with a bwrap that cannot run: exit 2 naming `sandbox.bwrap`
+    and the fix, before anything is created (CONTRACT section 12); `doctor` fails the item."""
+    config = tmp_path / "wakeline.toml"
+    config.write_text('state_dir = "state"\n[server]\nwebhook_host = "127.0.0.1"\n'
+                      f"webhook_port = {free_port()}\noperator_port = {free_port()}\n"
+                      '[sandbox]\nmode = "required"\nbwrap = "/nonexistent/bwrap"\n',
+                      encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAKELINE_")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wakeline", "--config", str(config), *args],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    served = run("serve")
+    assert served.returncode == 2, served.stderr
+    assert "config error: sandbox.bwrap:" in served.stderr
+    assert "apt-get install bubblewrap" in served.stderr
+    assert not (tmp_path / "state").exists()
+    doctor = run("doctor", "--json")
+    item = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "sandbox")
+    assert item["ok"] is False and "not found" in item["detail"] and "bubblewrap" in item["fix"]

@@ -406,3 +406,22 @@ def test_a_snapshot_puts_back_whatever_a_turn_changed(spaces: Workspaces, repo: 
     assert {line.strip() for line in git(path, "status", "--porcelain").splitlines()} == {
         "M README.md", "?? notes.txt"}
     assert ws.snapshot(tmp_path / "plain") is None  # not a git checkout: nothing to keep
+
+
+def test_wakelines_own_git_never_runs_a_hook_or_an_fsmonitor_command(
+        spaces: Workspaces, repo: Path, tmp_path: Path) -> None:
+    """It runs outside any sandbox, in worktrees confined agents write (decision 0034): a hook
+    or `core.fsmonitor` there would run what an agent chose, as the service user."""
+    ran = tmp_path / "ran"
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\necho hook >> {ran}\n")
+    hook.chmod(0o755)
+    monitor = tmp_path / "monitor.sh"
+    monitor.write_text(f"#!/bin/sh\necho fsmonitor >> {ran}\n")
+    monitor.chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(monitor))
+    placement = spaces.prepare("cv_1", repo=repo, identifier="ENG-1", title="hooks")
+    (placement.path / "new.txt").write_text("x\n")
+    assert not spaces.retire("cv_1", repo=repo).removed  # git status ran
+    spaces.snapshot(placement.path)
+    assert not ran.exists()

@@ -37,6 +37,7 @@ from wakeline.models.fifo import MAX_LEASED_ATTEMPTS, ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
 from wakeline.models.store import Store
 from wakeline.prompts import prompt_for
+from wakeline.sandbox.part import Confined, Decision, Sandbox
 from wakeline.providers.linear import replies
 from wakeline.providers.linear.progress import Item
 from wakeline.providers.linear.workflow import WorkflowRegistry
@@ -108,7 +109,8 @@ class TurnEnv:
     forkserver: ForkServer  # starts every agent: the service never forks itself
     backoff_seconds: Sequence[int] = (5, 30, 120, 600)
     kill_grace_seconds: float = 10.0
-    on_started: list[Callable[[ClaimedTurn], None]] = field(default_factory=list)
+    # (the turn, its confinement: "bwrap, network=off", or "unconfined")
+    on_started: list[Callable[[ClaimedTurn, str], None]] = field(default_factory=list)
     on_finished: list[Callable[[FinishedTurn], None]] = field(default_factory=list)
     # (the turn, its error, whether it stalled)
     on_failed: list[Callable[[ClaimedTurn, str, bool], None]] = field(default_factory=list)
@@ -129,6 +131,7 @@ class TurnEnv:
     lines_skipped: Callable[[int], None] = lambda count: None
     live: dict[str, TurnProgress] = field(default_factory=dict)  # turn id -> its progress
     workflow: WorkflowRegistry | None = None  # planning routes' managed states and account
+    sandbox: Sandbox | None = None  # confines every turn (CONTRACT section 12); None: never
 
     def await_replies(self, conversation_id: str) -> None:
         """Block (a runner thread, never an actor) until the conversation's earlier writes
@@ -507,6 +510,11 @@ class ConversationActor(pykka.ThreadingActor):
             phase = "execute" if gate.leased else "plan"
             plan = gate.approved_plan if gate.leased else gate.plan
             sessions = sessions or ((turn.agent_session,) if turn.agent_session else ())
+        decision = env.sandbox.decide(route or RouteConfig(name=turn.route or turn.kind),
+                                      turn.tainted) if env.sandbox else Decision("unconfined")
+        if decision.refused is not None:
+            self._refuse(turn, decision.refused, sessions)
+            return
         prompt = prompt_for(turn, env.secret_values, phase=phase, plan=plan,
                             room=env.config.matrix_route(turn.route) is not None)
         output = env.config.agent_output(turn.route)
@@ -516,23 +524,34 @@ class ConversationActor(pykka.ThreadingActor):
         lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
         token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
         env.live[turn.turn_id] = progress
+        argv = tuple(agent_argv(route_command(env.config, turn.route), output,
+                                turn.runner_session, read_only=phase == "plan"))
+        agent_env = agent_environment(env.base_env, env.secret_values, {
+            "WAKELINE_CONVERSATION_ID": turn.conversation_id,
+            "WAKELINE_SESSION_ID": turn.session_id,
+            "WAKELINE_TURN_ID": turn.turn_id,
+            "WAKELINE_API_URL": env.api_url(),
+            "WAKELINE_TOKEN": token,
+            "WAKELINE_ISSUE_ID": turn.issue_id or "",
+            "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",
+            "WAKELINE_AGENT_SESSION": turn.runner_session or "",
+            "WAKELINE_PHASE": phase or "",
+            "PATH": agent_path(env.base_env),
+        })
+        sandbox = env.sandbox
+
+        def confine(workspace: Path) -> Confined:
+            assert sandbox is not None
+            return sandbox.confine(decision, turn_id=turn.turn_id,
+                                   conversation_id=turn.conversation_id,
+                                   issue_key=turn.issue_identifier, workspace=workspace,
+                                   argv=argv, env=agent_env, output=output)
+
         spec = TurnSpec(
             turn_id=turn.turn_id,
-            argv=tuple(agent_argv(route_command(env.config, turn.route), output,
-                                  turn.runner_session, read_only=phase == "plan")),
+            argv=argv,
             cwd=env.workspaces.path_of(turn.conversation_id),
-            env=agent_environment(env.base_env, env.secret_values, {
-                "WAKELINE_CONVERSATION_ID": turn.conversation_id,
-                "WAKELINE_SESSION_ID": turn.session_id,
-                "WAKELINE_TURN_ID": turn.turn_id,
-                "WAKELINE_API_URL": env.api_url(),
-                "WAKELINE_TOKEN": token,
-                "WAKELINE_ISSUE_ID": turn.issue_id or "",
-                "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",
-                "WAKELINE_AGENT_SESSION": turn.runner_session or "",
-                "WAKELINE_PHASE": phase or "",
-                "PATH": agent_path(env.base_env),
-            }),
+            env=agent_env,
             prompt=prompt,
             prompt_dir=env.prompts,
             before_start=(lambda: env.await_replies(turn.conversation_id))
@@ -542,6 +561,7 @@ class ConversationActor(pykka.ThreadingActor):
             on_progress=progress.offer,
             gather_seconds=gather_seconds(env.config.agent.progress_interval_seconds),
             after_exit=guard.restore if guard else None,
+            confine=confine if decision.route is not None else None,
         )
         me = self._me
 
@@ -557,8 +577,20 @@ class ConversationActor(pykka.ThreadingActor):
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})
         process.start()
-        env.notify(env.on_started, turn)
+        env.notify(env.on_started, turn, decision.label)
+        if decision.note is not None:
+            env.notify(env.on_lifecycle, turn.conversation_id, "unconfined", decision.note)
 
+    def _refuse(self, turn: ClaimedTurn, text: str, sessions: Sequence[str]) -> None:
+        """A turn that may not run (it cannot be confined): it ends at once as an error answer."""
+        log.warning("turn refused: it cannot be confined", extra={"turn_id": turn.turn_id})
+        route = self._env.config.route(turn.route)
+        effects = replies.turn_result(turn, TurnResultKind.ERROR, text,
+                                      route.reply if route else "none", sessions=sessions)
+        self._next_step = None
+        self._finalise(turn, TurnResultKind.ERROR, to_ms(self._env.clock.now()),
+                       RunOutcome(exit_code=None), text, effects)
+        self._supervisor.turn_ended.defer(self.conversation_id, self._next_step)
 
     def _progress_of(self, turn: ClaimedTurn, sessions: Sequence[str]) -> TurnProgress:
         """Where this turn's progress goes: its sessions (if progress is on), the journal, and
@@ -590,7 +622,10 @@ class _PlanGuard:
     def prepare(self) -> Path:
         """On the runner thread: make the workspace ready, then note what it holds."""
         self._path = self._env.prepare_workspace(self._turn)
-        self._snapshot = self._env.workspaces.snapshot(self._path)
+        # Only a worktree of the route's repository: git run on a `.git` an agent made in a
+        # plain directory would run what its config names, as wakeline, outside any sandbox.
+        if self._env.repo_of(self._env.route(self._turn.route)) is not None:
+            self._snapshot = self._env.workspaces.snapshot(self._path)
         return self._path
 
     def restore(self) -> None:

@@ -35,6 +35,7 @@ from typing import BinaryIO, Callable, Iterator, Mapping
 from wakeline.agents.streams import ProgressEvent, StreamAnswer, StreamReader
 from wakeline.errors import WakelineError
 from wakeline.forkserver import ForkServer, SpawnedChild, SpawnFailed
+from wakeline.sandbox.part import Confined
 from wakeline.secrets import write_private
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class TurnSpec:
     # Runs on the runner thread once the child has exited, before its outcome is reported
     # (a planning turn's workspace is put back as it was).
     after_exit: Callable[[], None] | None = None
+    # A confined turn (CONTRACT section 12): given the ready workspace, on the runner thread,
+    # what to spawn instead of `argv` and `env` (bwrap around the agent), and how to signal it.
+    confine: Callable[[Path], Confined] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,9 +129,11 @@ class _Lines:
         self._partial = bytearray()
         self._discarding = False
         self.dropped = 0
+        self.seen = False  # any output at all
 
     def add(self, chunk: bytes) -> None:
         """Feed every whole line in `chunk`; keep the unfinished rest."""
+        self.seen = True
         lines = chunk.split(b"\n")
         rest = lines.pop()
         events: list[ProgressEvent] = []
@@ -217,6 +223,7 @@ class TurnProcess:
         self._lock = threading.Lock()
         self._cancelled: int | None = None
         self._done = threading.Event()
+        self._confined: Confined | None = None
 
     def start(self) -> None:
         """Spawn the child on a runner thread (of the pool, else a thread of its own)."""
@@ -237,9 +244,9 @@ class TurnProcess:
                 return
             if self._exited:  # its pid may belong to someone else by now
                 return
-            pid = self._pid
+            pid, confined = self._pid, self._confined
         try:
-            os.killpg(pid, signum)
+            os.killpg(confined.signal_target(pid, signum) if confined else pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -274,11 +281,17 @@ class TurnProcess:
                 cancelled = self._cancelled
             if spec.prepare is not None and cancelled is None:
                 cwd = spec.prepare()
+            if spec.confine is not None and cancelled is None:
+                self._confined = spec.confine(cwd)
         except WakelineError as exc:
             return RunOutcome(exit_code=None, spawn_error=f"{exc.code}: {exc.detail or exc.code}")
-        if spec.reader is None:
-            return self._run_captured(spec, cwd)
-        return self._run_streamed(spec, cwd, spec.reader)
+        try:
+            if spec.reader is None:
+                return self._run_captured(spec, cwd)
+            return self._run_streamed(spec, cwd, spec.reader)
+        finally:
+            if self._confined is not None:
+                self._confined.close()
 
     def _start_child(self, spec: TurnSpec, cwd: Path, stdout: int | None = None,
                      stderr: int | None = None) -> tuple[SpawnedChild | None, RunOutcome]:
@@ -288,11 +301,13 @@ class TurnProcess:
             with self._lock, prompt_stdin(spec) as stdin:
                 if self._cancelled is not None:
                     return None, RunOutcome(exit_code=-self._cancelled)
+                confined = self._confined
+                argv, env = (confined.argv, confined.env) if confined else (spec.argv, spec.env)
                 if stdout is None or stderr is None:
-                    child = self._forkserver.spawn(spec.argv, str(cwd), spec.env, (stdin.fileno(),),
+                    child = self._forkserver.spawn(argv, str(cwd), env, (stdin.fileno(),),
                                                    capture=(STDOUT_MAX_BYTES, STDERR_TAIL_BYTES))
                 else:
-                    child = self._forkserver.spawn(spec.argv, str(cwd), spec.env,
+                    child = self._forkserver.spawn(argv, str(cwd), env,
                                                    (stdin.fileno(), stdout, stderr))
                 self._pid = child.pid
                 return child, RunOutcome(exit_code=None)
@@ -310,7 +325,13 @@ class TurnProcess:
         self._after_exit()
         if exited is None:
             return RunOutcome(exit_code=None, spawn_error="the fork server stopped during the turn")
-        return RunOutcome(exit_code=exited.code, stdout=exited.stdout,
+        code = exited.code
+        if self._confined is not None:
+            failure = self._confined.failure(code, exited.stdout, exited.stderr)
+            if failure is not None:
+                return RunOutcome(exit_code=None, spawn_error=failure, stderr_tail=exited.stderr)
+            code = self._confined.exit_code(code)
+        return RunOutcome(exit_code=code, stdout=exited.stdout,
                           stdout_truncated=exited.stdout_dropped > 0, stderr_tail=exited.stderr)
 
     def _run_streamed(self, spec: TurnSpec, cwd: Path, reader: StreamReader) -> RunOutcome:
@@ -339,6 +360,11 @@ class TurnProcess:
         if code is None:
             return RunOutcome(exit_code=None, spawn_error="the fork server stopped during the turn")
         stderr_tail = err.data.decode("utf-8", "replace")
+        if self._confined is not None:
+            failure = self._confined.failure(code, "x" if out.seen else "", stderr_tail)
+            if failure is not None:
+                return RunOutcome(exit_code=None, spawn_error=failure, stderr_tail=stderr_tail)
+            code = self._confined.exit_code(code)
         out.close()
         answer = reader.finish(code if code >= 0 else None, stderr_tail)
         return RunOutcome(exit_code=code, stdout=answer.text, stderr_tail=stderr_tail,

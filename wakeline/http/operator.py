@@ -44,8 +44,10 @@ class Status:
 
     def __init__(self, store: Store, inbox: Inbox, clock: Clock, live_actors: Callable[[], int],
                  credential: Credential | None = None, matrix: MatrixRoutes | None = None,
-                 hosts: Callable[[], list[HostView]] | None = None) -> None:
+                 hosts: Callable[[], list[HostView]] | None = None,
+                 sandbox: Callable[[], dict[str, Any]] | None = None) -> None:
         self._store = store
+        self._sandbox = sandbox
         self._hosts = hosts
         self._inbox = inbox
         self._clock = clock
@@ -84,6 +86,8 @@ class Status:
             resp.media["matrix"] = self._matrix.status()
         if self._hosts is not None:
             resp.media["hosts"] = hosts_json(self._hosts)
+        if self._sandbox is not None:
+            resp.media["sandbox"] = self._sandbox()
 
 
 def hosts_json(hosts: Callable[[], list[HostView]]) -> list[dict[str, Any]]:
@@ -193,13 +197,15 @@ def create_operator_app(
     matrix: MatrixRoutes | None = None,
     extra_checks: Sequence[Callable[[], list[dict[str, Any]]]] = (),
     hosts: Callable[[], list[HostView]] | None = None,
+    sandbox: Callable[[], dict[str, Any]] | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))
-    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential, matrix, hosts))
+    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential, matrix, hosts,
+                                       sandbox))
     app.add_route("/v1/following", Following(inbox))
     app.add_route("/v1/inbox", InboxPage(inbox))
     app.add_route("/v1/inbox/ack", InboxAck(inbox))

@@ -17,7 +17,7 @@ from typing import Any
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
-from waitress.server import TcpWSGIServer
+from waitress.server import TcpWSGIServer, UnixWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 from waitress.utilities import RequestEntityTooLarge
 
@@ -44,6 +44,10 @@ class _Server(TcpWSGIServer):
     channel_class = _Channel
 
 
+class _UnixServer(UnixWSGIServer):
+    channel_class = _Channel
+
+
 class Listener:
     """One waitress server on its own loop thread.
 
@@ -53,10 +57,13 @@ class Listener:
         threads: request threads.
         max_body_bytes: bodies larger than this get 413 before they are read.
         name: thread name prefix, for logs and thread dumps.
+        unix_socket: also serve on this Unix socket (owner-only), with the same threads
+            (confined turns reach the operator API through it: decision 0034).
     """
 
     def __init__(
-        self, app: Any, *, host: str, port: int, threads: int, max_body_bytes: int, name: str
+        self, app: Any, *, host: str, port: int, threads: int, max_body_bytes: int, name: str,
+        unix_socket: str | None = None,
     ) -> None:
         adj = Adjustments(
             host=host,
@@ -73,6 +80,14 @@ class Listener:
         self._dispatcher.set_thread_count(threads)
         self._map: dict[int, Any] = {}
         self._server = _Server(app, map=self._map, dispatcher=self._dispatcher, adj=adj)
+        self._unix: _UnixServer | None = None
+        if unix_socket is not None:
+            # In the same map: the one loop thread serves both sockets.
+            unix_adj = Adjustments(unix_socket=unix_socket, unix_socket_perms="600",
+                                   threads=threads, max_request_body_size=max_body_bytes + 1,
+                                   ident="wakeline", channel_timeout=60, connection_limit=1000)
+            self._unix = _UnixServer(app, map=self._map, dispatcher=self._dispatcher,
+                                     adj=unix_adj)
         self._thread = threading.Thread(target=self._server.run, name=f"{name}-loop", daemon=True)
         self.name = name
         self._stopped = False
@@ -105,11 +120,15 @@ class Listener:
         self._stopped = True
         if not self._thread.is_alive():
             self._server.close()
+            if self._unix is not None:
+                self._unix.close()
             self._dispatcher.shutdown(timeout=timeout)
             return
         # The asyncore map belongs to the loop thread: change it only from inside it.
-        # Stop polling the listening socket; it is closed with everything else below.
+        # Stop polling the listening sockets; they are closed with everything else below.
         self._server.accepting = False
+        if self._unix is not None:
+            self._unix.accepting = False
         self._server.trigger.pull_trigger()
         self._dispatcher.shutdown(timeout=timeout)
         deadline = time.monotonic() + min(timeout, 2.0)

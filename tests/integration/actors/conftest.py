@@ -75,7 +75,9 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
             ) -> Iterator[Callable[..., Harness]]:
     """Start a service whose agent runs `agent.py MODE ARG` (or `script`); agent keywords
     override [agent]. `discord=True` (or a FakeDiscord) gives it a bot token, a fake Discord
-    and, unless `routes` are given, both default routes a parent channel there."""
+    and, unless `routes` are given, both default routes a parent channel there. `sandbox`:
+    the `[sandbox]` section (turns are unconfined otherwise); `source`: the config file the
+    config stands for."""
     started: list[Service] = []
 
     def start(mode: str = "ok", arg: str = "", *, linear: FakeLinear | None = None,
@@ -83,7 +85,9 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
               linear_config: dict[str, Any] | None = None, client_secret: str | None = None,
               script: Path = AGENT, command: list[str] | None = None,
               env: dict[str, str] | None = None, discord: Any = None,
-              discord_config: dict[str, Any] | None = None, **agent: Any) -> Harness:
+              discord_config: dict[str, Any] | None = None,
+              sandbox: dict[str, Any] | None = None, source: Path | None = None,
+              **agent: Any) -> Harness:
         argv = command or [sys.executable, str(script), mode] + ([arg] if arg else [])
         fake = linear or FakeLinear()
         fakes.append(fake.start())
@@ -95,7 +99,9 @@ def harness(make_config: Callable[..., Config], secrets: Secrets, tmp_path: Path
             # Ours to stop, and only after the services: their Gateway clients close first.
             discord_fakes.append(discord if discord._loop is not None else discord.start())
         channel = {"discord_channel_id": discord.channel_id} if discord is not None else {}
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"sandbox": sandbox} if sandbox is not None else {}
+        if source is not None:
+            extra["source"] = source
         if discord is not None:
             extra["discord"] = {"api_url": discord.api_url, **(discord_config or {})}
         config = make_config(
