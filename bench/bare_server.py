@@ -24,7 +24,7 @@ import threading
 
 import falcon
 
-from wakeline.cpus import pin_to_one_cpu
+from wakeline.turns.cpus import pin_to_one_cpu
 from wakeline.http.server import Listener
 
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "bench"))
 from ingest import signed_delivery  # noqa: E402
-from wakeline.admission import AdmissionWriter  # noqa: E402
+from wakeline.admission.writer import AdmissionWriter  # noqa: E402
 from wakeline.clock import SystemClock, to_ms  # noqa: E402
 from wakeline.config import parse_config  # noqa: E402
 from wakeline.models.store import AdmissionResult, Store  # noqa: E402
@@ -51,7 +51,7 @@ from wakeline.models.states import Outcome  # noqa: E402
 from wakeline.providers.linear import adapter  # noqa: E402
 from wakeline.providers.linear.adapter import LinearWebhooks  # noqa: E402
 from wakeline.providers.linear.signature import signature_valid  # noqa: E402
-from wakeline.routing import Router  # noqa: E402
+from wakeline.admission.router import Router  # noqa: E402
 
 SECRET = "bench-stages-secret"
 

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from wakeline.actors.journal import Journal  # noqa: E402
 from wakeline.clock import SystemClock, to_ms  # noqa: E402
-from wakeline.journal import COMPACT_AT_LINES, JournalFile, Note  # noqa: E402
+from wakeline.journal.entries import COMPACT_AT_LINES, Note
+from wakeline.journal.file import JournalFile  # noqa: E402
 
 TEXT = ("Fixed the retry loop in the sync worker (ENG-{n}): it now honours Retry-After and caps "
         "the queue per tenant. Commit 3f9a2c{n:04x}; tests pass, the migration is unchanged. ")

@@ -14,7 +14,7 @@ Other modes, to show which part costs what:
   --echo          the second process answers at once: the hand-off alone
   --no-fsync      `synchronous = OFF`: the same work, not durable
   --one-process   no second process: the request thread verifies and parses, and
-                  wakeline's own admission writer thread (`wakeline/admission.py`)
+                  wakeline's own admission writer thread (`wakeline/admission/writer.py`)
                   group-commits the rows. The least a durable ingest can do in one
                   process, so the most A could reach: A also validates, routes and
                   writes receipts and inbox rows.
@@ -48,8 +48,8 @@ from typing import Callable
 
 import falcon
 
-from wakeline.admission import AdmissionWriter
-from wakeline.cpus import pin_to_one_cpu
+from wakeline.admission.writer import AdmissionWriter
+from wakeline.turns.cpus import pin_to_one_cpu
 from wakeline.models.states import Outcome
 from wakeline.models.store import AdmissionResult
 

@@ -261,7 +261,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def forkserver_of(pid: int) -> int | None:
-    """The pid of serve's fork server (its child running wakeline/forkserver.py), if any."""
+    """The pid of serve's fork server (its child running wakeline/turns/forkserver.py), if any."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -15,19 +15,19 @@ from falcon import testing
 from freezegun import freeze_time
 from pydantic import SecretStr
 
-from wakeline.admission import AdmissionWriter
+from wakeline.admission.writer import AdmissionWriter
 from wakeline.app import Service, build_service
 from wakeline.clock import SystemClock, to_ms
 from wakeline.config import Config, parse_config
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
-from wakeline.inbox import Inbox
-from wakeline.metrics import Metrics
+from wakeline.models.inbox import Inbox
+from wakeline.service.metrics import Metrics
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.signature import sign
 from wakeline.secrets import Secrets
-from wakeline.tokens import TokenRegistry
+from wakeline.turns.tokens import TokenRegistry
 
 WEBHOOK_SECRET = "test-webhook-secret-0123456789abcdef"
 OPERATOR_TOKEN = "test-operator-token-0123456789abcdef"
@@ -152,7 +152,7 @@ def secrets() -> Secrets:
 @pytest.fixture
 def store(config: Config, clock: SystemClock) -> Iterator[Store]:
     """A real store: SQLite in tmp_path, or the test's PostgreSQL database."""
-    from wakeline.scheduling import store_target
+    from wakeline.scheduling.engine import store_target
 
     s = Store.open(store_target(config), clock)
     yield s

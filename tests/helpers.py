@@ -87,7 +87,7 @@ def make_repo(path: Path) -> Path:
 def kept_journal(service: Any) -> str:
     """Everything the service's journal keeps, as stored: the file's lines on one host, the
     table's rows when hosts share the database (engine "dbos")."""
-    from wakeline.journal import JournalFile
+    from wakeline.journal.file import JournalFile
 
     if isinstance(service.journal_file, JournalFile):
         directory = service.config.journal_path

@@ -17,27 +17,28 @@ from typing import Any, Mapping, Sequence
 
 import pykka
 
-from wakeline.actors.conversation import TurnEnv
+from wakeline.turns.env import TurnEnv
 from wakeline.actors.echo_memory import EchoMemory
 from wakeline.actors.journal import Journal
 from wakeline.actors.supervisor import Supervisor, run_one_turn
 from wakeline.actors.tracker import OWNERSHIP_BACKOFF_SECONDS, Tracker
-from wakeline.admission import AdmissionWriter
+from wakeline.admission.writer import AdmissionWriter
 from wakeline.clock import Clock, SystemClock, to_ms
 from wakeline.config import Config
-from wakeline.cpus import pin_to_one_cpu
+from wakeline.turns.cpus import pin_to_one_cpu
 from wakeline.errors import ConfigError
-from wakeline.extras import require_extras
-from wakeline.forkserver import ForkServer
+from wakeline.service.extras import require_extras
+from wakeline.turns.forkserver import ForkServer
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import create_operator_app
 from wakeline.http.server import Listener
-from wakeline.inbox import Inbox
-from wakeline.journal import JournalFile, JournalStore
-from wakeline.logs import setup_logging
-from wakeline.metrics import Metrics
+from wakeline.models.inbox import Inbox
+from wakeline.journal.entries import JournalStore
+from wakeline.journal.file import JournalFile
+from wakeline.service.logs import setup_logging
+from wakeline.service.metrics import Metrics
 from wakeline.models.envelopes import ControlMessage
-from wakeline.models.journal_table import JournalTable
+from wakeline.journal.table import JournalTable
 from wakeline.models.outbox import EffectKind
 from wakeline.models.retention import Retention
 from wakeline.models.schema import INBOX_CONVERSATION_ID
@@ -57,18 +58,17 @@ from wakeline.providers.linear.progress import ProgressBoard
 from wakeline.providers.linear.shared_tokens import SharedTokens
 from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
-from wakeline.recorder import Recorder
-from wakeline.routing import Router
+from wakeline.journal.recorder import Recorder
+from wakeline.admission.router import Router
 from wakeline.sandbox.part import Sandbox, require_sandbox
 from wakeline.sandbox.probe import Probe, probe_for
-from wakeline.scheduling import (
-    Scheduler, engine_shares, host_id_of, shared_engine, store_target,
-)
+from wakeline.scheduling.base import Scheduler
+from wakeline.scheduling.engine import engine_shares, host_id_of, shared_engine, store_target
 from wakeline.scheduling.local import LocalScheduler
 from wakeline.secrets import Secrets, create_secret_file, load_secrets, new_token
-from wakeline.ticker import Ticker
-from wakeline.tokens import TokenRegistry
-from wakeline.workspaces import Workspaces
+from wakeline.service.ticker import Ticker
+from wakeline.turns.tokens import TokenRegistry
+from wakeline.turns.workspaces import Workspaces
 
 TICK_SECONDS = 0.5
 # The journal shares one fsync among the notes of this long (real seconds): a few per turn
@@ -301,12 +301,12 @@ def build_service(
         runners=ThreadPoolExecutor(config.agent.max_concurrent_turns,
                                    thread_name_prefix="turn-runner"),
     )
-    turn_env.on_finished.append(lambda finished: metrics.turn(finished.result.value))
-    turn_env.on_failed.append(lambda turn, error, stalled: metrics.turn("failed"))
-    turn_env.on_started.append(recorder.turn_started)
-    turn_env.on_finished.append(recorder.turn_finished)
-    turn_env.on_failed.append(recorder.turn_failed)
-    turn_env.on_lifecycle.append(
+    turn_env.events.turn_finished.subscribe(lambda finished: metrics.turn(finished.result.value))
+    turn_env.events.turn_failed.subscribe(lambda turn, error, stalled: metrics.turn("failed"))
+    turn_env.events.turn_started.subscribe(recorder.turn_started)
+    turn_env.events.turn_finished.subscribe(recorder.turn_finished)
+    turn_env.events.turn_failed.subscribe(recorder.turn_failed)
+    turn_env.events.lifecycle.subscribe(
         lambda cid, event, text: recorder.lifecycle(cid, event, text, source=f"{cid}:{to_ms(clock.now())}"))
     client: LinearClient | None = None
     budget: RequestBudget | None = None
@@ -382,7 +382,7 @@ def build_service(
     matrix = None
     if config.matrix.connections:
         # Only now is matrix-nio imported (an optional extra): a Matrix-free wakeline never is.
-        from wakeline.providers.matrix.service import MatrixRoutes
+        from wakeline.providers.matrix.part import MatrixRoutes
 
         matrix = MatrixRoutes(config, store, clock, secrets, recorder, matrix_woke,
                               metrics.registry)
@@ -438,9 +438,9 @@ def build_service(
         matrix.approvals.watch(discord.approval_changed)  # Matrix sends, shown and decided
     if discord is not None:
         scheduler.roles.add("discord-gateway", discord.start, discord.stop_gateway)
-        turn_env.on_finished.append(discord.turn_finished)
-        turn_env.on_failed.append(discord.turn_failed)
-        turn_env.on_lifecycle.append(discord.lifecycle)
+        turn_env.events.turn_finished.subscribe(discord.turn_finished)
+        turn_env.events.turn_failed.subscribe(discord.turn_failed)
+        turn_env.events.lifecycle.subscribe(discord.lifecycle)
     webhooks = None
     if secrets.webhook_secret is not None:
         installed_org = credential.tokens.organization_id \
@@ -553,7 +553,7 @@ def discord_service(config: Config, secrets: Secrets, clock: Clock, store: Store
                         extra={"keys": keys, "fix": "put the bot token in discord.token_file "
                                "or $WAKELINE_DISCORD_TOKEN, then restart"})
         return None
-    from wakeline.providers.discord.service import DiscordService  # only with a token
+    from wakeline.providers.discord.part import DiscordService  # only with a token
 
     return DiscordService(
         config, secrets.discord_token.get_secret_value(), secrets.values(), store, clock,

@@ -17,8 +17,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
-    AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, ValidationInfo, ValidationError,
-    field_validator, model_validator,
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
 )
 
 from wakeline.errors import ConfigError
@@ -148,6 +155,15 @@ class StoreConfig(_Section):
     )
 
 
+def _agent_kind(value: str) -> str:
+    """An `output` must name a kind of agent CLI wakeline knows (`agents.registry`)."""
+    from wakeline.agents.registry import names  # the readers load only when a config does
+
+    if value not in names():
+        raise ValueError(f"expected one of {', '.join(repr(n) for n in names())}")
+    return value
+
+
 class AgentConfig(_Section):
     """The coding agent that turns run."""
 
@@ -161,10 +177,16 @@ class AgentConfig(_Section):
         1500, ge=1, description="A turn running this long gets a heartbeat thought."
     )
     max_concurrent_turns: int = Field(4, ge=1, le=256, description="Turns running at once.")
-    output: Literal["text", "claude", "codex"] = Field(
+    output: str = Field(
         "text", description='How stdout is read: "text" (the answer, exit code its kind), '
-        '"claude" (Claude Code stream-json) or "codex" (codex exec --json).',
+        '"claude" (Claude Code stream-json) or "codex" (codex exec --json): a kind of '
+        "`wakeline.agents.registry`.",
     )
+
+    @field_validator("output")
+    @classmethod
+    def _known_output(cls, value: str) -> str:
+        return _agent_kind(value)
     progress: bool = Field(
         True, description="Mirror the agent's progress (tool calls, thoughts, plan, links) into "
         "its Linear agent session.",
@@ -193,7 +215,7 @@ class RouteConfig(_Section):
     command: list[str] | None = Field(
         None, description="Agent argv for this route; defaults to agent.command."
     )
-    output: Literal["text", "claude", "codex"] | None = Field(
+    output: str | None = Field(
         None, description="How this route's agent output is read; defaults to agent.output."
     )
     done_state_id: str = Field("", description="Workflow state id of the managed Done state.")
@@ -235,6 +257,11 @@ class RouteConfig(_Section):
         default_factory=list, description="More host paths this route's confined agents may "
         "write (a shared cache, say).",
     )
+
+    @field_validator("output")
+    @classmethod
+    def _known_output(cls, value: str | None) -> str | None:
+        return value if value is None else _agent_kind(value)
 
     @field_validator("allow_hosts")
     @classmethod

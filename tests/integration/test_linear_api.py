@@ -21,7 +21,7 @@ from wakeline.app import Service, build_service
 from wakeline.cli import cli
 from wakeline.config import Config
 from wakeline.secrets import Secrets
-from wakeline.tokens import Lane
+from wakeline.turns.tokens import Lane
 
 DELETE_DOC = 'mutation Tidy { documentDelete(id: "doc-1") { success } }'
 VIEWER = "query { viewer { id name } }"

@@ -26,19 +26,19 @@ from tests.conftest import (
     signed,
     sqlite_only,
 )
-from wakeline.admission import AdmissionWriter
+from wakeline.admission.writer import AdmissionWriter
 from wakeline.app import Service, build_service
 from wakeline.clock import SystemClock
 from wakeline.config import Config
 from wakeline.errors import Unavailable
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.server import Listener
-from wakeline.metrics import Metrics
+from wakeline.service.metrics import Metrics
 from wakeline.models.db import open_database
 from wakeline.models.states import Outcome
 from wakeline.models.store import AdmissionResult, Store
 from wakeline.providers.linear.adapter import LinearWebhooks
-from wakeline.routing import plan_admission
+from wakeline.admission.router import plan_admission
 from wakeline.secrets import Secrets
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from typing import IO, Any
 import pytest
 
 from tests.helpers import wait_until
-from wakeline.agents.commands import agent_argv
+from wakeline.agents.registry import agent_argv
 
 # What the recordings in /work/shared/agent-streams were made with; bump both together with
 # tests/fixtures/agent-streams (re-record with WAKELINE_RECORD_STREAMS=1).

@@ -36,7 +36,7 @@ REQUIRE_ENV = "WAKELINE_REQUIRE_BARE_VENV"
 CI_ENV = "CI"
 # A cold pip cache downloads the default install's few packages; the bound is for a slow index.
 BUILD_TIMEOUT_SECONDS = 600.0
-# The modules of every extra (wakeline.extras): none may be importable in the bare venv.
+# The modules of every extra (wakeline.service.extras): none may be importable in the bare venv.
 EXTRA_MODULES = ("discord", "aiohttp", "yarl", "nio", "vodozemac", "atomicwrites", "cachetools",
                  "dbos", "psycopg")
 _MARK = ".wakeline-installed"

@@ -33,7 +33,8 @@ import requests
 
 from tests.conftest import LINEAR_KEY, comment_event, issue_event, session_event, signed
 from wakeline.clock import SystemClock
-from wakeline.journal import COMPACT_AT_LINES, JournalFile, Note
+from wakeline.journal.entries import COMPACT_AT_LINES, Note
+from wakeline.journal.file import JournalFile
 from tests.fakes.linear import FakeLinear
 from tests.helpers import free_port, wait_until
 

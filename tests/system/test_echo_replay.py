@@ -26,11 +26,11 @@ from freezegun import freeze_time
 from tests.conftest import WEBHOOK_SECRET, comment_event, issue_event, signed
 from wakeline.actors.echo_memory import EchoMemory
 from wakeline.actors.tracker import SettledWrite
-from wakeline.admission import AdmissionWriter
+from wakeline.admission.writer import AdmissionWriter
 from wakeline.clock import SystemClock, to_ms
 from wakeline.config import Config
 from wakeline.http.ingress import create_ingress_app
-from wakeline.metrics import Metrics
+from wakeline.service.metrics import Metrics
 from wakeline.models.outbox import EffectKind, EffectState
 from wakeline.models.states import TurnResultKind
 from wakeline.models.store import Store

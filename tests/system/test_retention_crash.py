@@ -34,7 +34,7 @@ from wakeline.models.bindings import Binding
 from wakeline.models.outbox import EffectState
 from wakeline.models.retention import DAY_MS, HOUR_MS, Retention
 from wakeline.models.store import Store
-from wakeline.routing import Router
+from wakeline.admission.router import Router
 
 pytestmark = pytest.mark.slow
 

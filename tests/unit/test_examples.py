@@ -74,7 +74,7 @@ def test_the_shell_agent_config_loads_and_its_script_is_executable() -> None:
 
 def test_claude_code_and_codex_are_read_as_streams_without_a_wrapper() -> None:
     from tests.support.agent_clis import CLAUDE_COMMAND, CODEX_COMMAND
-    from wakeline.agents.commands import agent_argv
+    from wakeline.agents.registry import agent_argv
 
     for example, output, own in (("claude-code", "claude", CLAUDE_COMMAND),
                                  ("codex", "codex", CODEX_COMMAND)):

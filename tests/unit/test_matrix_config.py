@@ -71,7 +71,7 @@ def test_the_token_is_a_secret_every_scrubber_knows(tmp_path: Path) -> None:
 
 
 def test_doctor_without_the_service_checks_each_token_file(tmp_path: Path) -> None:
-    from wakeline.checks import matrix_checks
+    from wakeline.service.checks import matrix_checks
 
     c = parse_config({"matrix": {"connections": {
         "me": CONNECTION, "them": {**CONNECTION, "access_token_file": "secrets/them"}}}},

@@ -15,10 +15,10 @@ from wakeline.cli import cli
 from wakeline.config import Config
 from wakeline.errors import ConfigError
 from wakeline.http.operator import create_operator_app
-from wakeline.inbox import Inbox
-from wakeline.metrics import Metrics
+from wakeline.models.inbox import Inbox
+from wakeline.service.metrics import Metrics
 from wakeline.models.store import Store
-from wakeline.tokens import TokenRegistry
+from wakeline.turns.tokens import TokenRegistry
 
 
 def route(repo: str, **extra: Any) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from pydantic import SecretStr
 
 from wakeline.config import parse_config
 from wakeline.errors import ConfigError
-from wakeline.scheduling import store_target
+from wakeline.scheduling.engine import store_target
 from wakeline.secrets import DATABASE_URL_ENV, Secrets, load_secrets, redact
 
 

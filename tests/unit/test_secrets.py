@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET
 from wakeline.config import Config
-from wakeline.logs import RedactingFormatter
+from wakeline.service.logs import RedactingFormatter
 from wakeline.secrets import LEARNED_KEPT, REDACTED, Secrets, load_secrets, redact
 
 

@@ -13,170 +13,41 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import signal
-import sys
 import threading
-import time
-from concurrent.futures import Executor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import pykka
 
-from wakeline.clock import Clock, to_ms
-from wakeline.config import Config, RouteConfig
-from wakeline.actors.runner import RunOutcome, TurnProcess, TurnSpec, gather_seconds
-from wakeline.agents.commands import agent_argv
-from wakeline.agents.progress import TurnProgress
-from wakeline.agents.streams import PlanUpdate, reader_for
-from wakeline.forkserver import ForkServer
-from wakeline import planning
+from wakeline.admission import planning
+from wakeline.agents.registry import agent_argv, reader_for
+from wakeline.agents.streams import PlanUpdate
+from wakeline.clock import to_ms
+from wakeline.config import RouteConfig
 from wakeline.models.fifo import MAX_LEASED_ATTEMPTS, ClaimedTurn
 from wakeline.models.states import TurnResultKind, TurnState
-from wakeline.models.store import Store
-from wakeline.prompts import prompt_for
-from wakeline.sandbox.part import Confined, Decision, Sandbox
 from wakeline.providers.linear import replies
-from wakeline.providers.linear.progress import Item
-from wakeline.providers.linear.workflow import WorkflowRegistry
-from wakeline.tokens import Lane, TokenRegistry
-from wakeline.workspaces import Snapshot, Workspaces
+from wakeline.sandbox.part import Confined, Decision
+from wakeline.turns.env import (
+    FinishedTurn,
+    TurnEnv,
+    agent_environment,
+    agent_path,
+    route_command,
+)
+from wakeline.turns.progress import TurnProgress
+from wakeline.turns.prompts import prompt_for
+from wakeline.turns.runner import RunOutcome, TurnProcess, TurnSpec, gather_seconds
+from wakeline.turns.tokens import Lane
+from wakeline.turns.workspaces import Snapshot
 
 log = logging.getLogger(__name__)
 
 RESULT_BY_EXIT = {0: TurnResultKind.RESPONSE, 1: TurnResultKind.ERROR, 2: TurnResultKind.ELICITATION}
 RESULT_BY_ANSWER = {"response": TurnResultKind.RESPONSE, "error": TurnResultKind.ERROR,
                     "elicitation": TurnResultKind.ELICITATION}
-
-
-@dataclass(frozen=True)
-class FinishedTurn:
-    """A finalised turn, as listeners (Linear replies, the journal) see it."""
-
-    turn: ClaimedTurn
-    result: TurnResultKind
-    output: str
-    exit_code: int | None
-
-
-class SettledSignal:
-    """Wakes waiters whenever a write to Linear settles."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._settled = 0  # how many notifications so far: a wake between check and wait counts
-
-    def notify(self, *_: Any) -> None:
-        """Something settled: waiters re-check."""
-        with self._cond:
-            self._settled += 1
-            self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Wait until `predicate` holds or `timeout` (real seconds) passes; re-check every 0.1 s.
-
-        A notification that comes while `predicate` runs is not lost: the wait after it
-        returns at once instead of sleeping out the re-check interval.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._cond:
-                seen = self._settled
-            if predicate():
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            with self._cond:
-                if self._settled == seen:
-                    self._cond.wait(min(left, 0.1))
-
-
-@dataclass
-class TurnEnv:
-    """What every ConversationActor needs; built once by the composition root."""
-
-    store: Store
-    clock: Clock
-    config: Config
-    tokens: TokenRegistry
-    secret_values: list[str]
-    api_url: Callable[[], str]
-    base_env: Mapping[str, str]
-    workspaces: Workspaces
-    forkserver: ForkServer  # starts every agent: the service never forks itself
-    backoff_seconds: Sequence[int] = (5, 30, 120, 600)
-    kill_grace_seconds: float = 10.0
-    # (the turn, its confinement: "bwrap, network=off", or "unconfined")
-    on_started: list[Callable[[ClaimedTurn, str], None]] = field(default_factory=list)
-    on_finished: list[Callable[[FinishedTurn], None]] = field(default_factory=list)
-    # (the turn, its error, whether it stalled)
-    on_failed: list[Callable[[ClaimedTurn, str, bool], None]] = field(default_factory=list)
-    # (conversation id, event, text): reset and abandoned (the supervisor's commands)
-    on_lifecycle: list[Callable[[str, str, str], None]] = field(default_factory=list)
-    kick_tracker: Callable[[], None] = lambda: None
-    settled: SettledSignal = field(default_factory=SettledSignal)
-    ack_wait_seconds: float = 10.0
-    runners: Executor | None = None  # the runner threads' pool (one per turn slot)
-    # False while no Linear token works: writes wait for one, so the agent need not.
-    linear_usable: Callable[[], bool] = lambda: True
-    # Progress: to the turn's Linear sessions (the tracker, throttled), the end of a turn's
-    # progress before its answer, the journal, and the stream lines nobody understood.
-    progress_to_linear: Callable[[list[str], list[Item]], None] | None = None
-    progress_ended: Callable[[list[str]], None] = lambda sessions: None
-    journal_progress: Callable[[ClaimedTurn, int, str, str], None] = \
-        lambda turn, seq, stage, text: None
-    lines_skipped: Callable[[int], None] = lambda count: None
-    live: dict[str, TurnProgress] = field(default_factory=dict)  # turn id -> its progress
-    workflow: WorkflowRegistry | None = None  # planning routes' managed states and account
-    sandbox: Sandbox | None = None  # confines every turn (CONTRACT section 12); None: never
-
-    def await_replies(self, conversation_id: str) -> None:
-        """Block (a runner thread, never an actor) until the conversation's earlier writes
-        reached Linear, so the acknowledgement lands before the agent starts; give up after
-        Linear's own 10 s window."""
-        outbox = self.store.outbox
-        self.settled.wait_for(
-            lambda: outbox.unsettled(conversation_id) == 0 or not self.linear_usable(),
-            self.ack_wait_seconds)
-        if self.runners is None:
-            self.store.close()  # a thread of its own: its connection goes with it
-
-    @staticmethod
-    def notify(listeners: Sequence[Callable[..., None]], *args: Any) -> None:
-        """Tell every listener; one that fails is logged, never in the way of a turn."""
-        for listener in listeners:
-            try:
-                listener(*args)
-            except Exception:
-                log.exception("turn listener failed")
-
-    def route(self, name: str | None) -> RouteConfig | None:
-        """The configured route of this name."""
-        return next((r for r in self.config.routes if r.name == name), None)
-
-    def repo_of(self, route: RouteConfig | None) -> Path | None:
-        """The route's git repository, resolved against the config file, or None."""
-        return self.config.path(route.repo) if route is not None and route.repo else None
-
-    def prepare_workspace(self, turn: ClaimedTurn) -> Path:
-        """The turn's workspace, made ready on the runner thread; a new branch is recorded
-        before the agent works on it, so a later turn (or a cleanup) finds it."""
-        route = self.route(turn.route)
-        placement = self.workspaces.prepare(
-            turn.conversation_id, repo=self.repo_of(route),
-            base=route.default_branch if route else "", identifier=turn.issue_identifier,
-            title=issue_title(turn), branch=turn.workspace_branch)
-        if placement.branch != turn.workspace_branch and placement.branch is not None:
-            self.store.conversations.record_workspace(turn.conversation_id, placement.branch)
-        return placement.path
-
-    @property
-    def prompts(self) -> Path:
-        """Where a prompt's file goes on a platform without memfd (see `prompt_stdin`)."""
-        return self.config.state_path / "turns"
 
 
 @dataclass
@@ -415,7 +286,7 @@ class ConversationActor(pykka.ThreadingActor):
         self._env.kick_tracker()
         log.warning("turn failed", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                            "error": error, "state": state})
-        self._env.notify(self._env.on_failed, turn, error, state is TurnState.STALLED)
+        self._env.events.turn_failed(turn, error, state is TurnState.STALLED)
         if state is TurnState.STALLED:
             log.error("conversation stalled", extra={"conversation_id": turn.conversation_id})
 
@@ -459,7 +330,7 @@ class ConversationActor(pykka.ThreadingActor):
             return False
         if effects:
             self._env.kick_tracker()
-        self._env.notify(self._env.on_finished, FinishedTurn(turn, result, output, outcome.exit_code))
+        self._env.events.turn_finished(FinishedTurn(turn, result, output, outcome.exit_code))
         return True
 
     def _post_plan(self, running: _Running, outcome: RunOutcome, now: int) -> None:
@@ -492,11 +363,11 @@ class ConversationActor(pykka.ThreadingActor):
                                     also=record)
         except _PlanMoot:
             self._finalise(turn, TurnResultKind.RESPONSE, now, outcome, plan)
-            env.notify(env.on_lifecycle, cid, "plan_moot",
+            env.events.lifecycle(cid, "plan_moot",
                        "The plan was approved while the agent planned: this revision is not posted.")
             return
         if posted:
-            env.notify(env.on_lifecycle, cid, "plan_posted",
+            env.events.lifecycle(cid, "plan_posted",
                        f"Plan revision {rev} posted for approval.")
 
     def _start(self, turn: ClaimedTurn) -> None:
@@ -577,9 +448,9 @@ class ConversationActor(pykka.ThreadingActor):
         log.info("turn started", extra={"turn_id": turn.turn_id, "attempt": turn.attempt,
                                          "deliveries": len(turn.entries)})
         process.start()
-        env.notify(env.on_started, turn, decision.label)
+        env.events.turn_started(turn, decision.label)
         if decision.note is not None:
-            env.notify(env.on_lifecycle, turn.conversation_id, "unconfined", decision.note)
+            env.events.lifecycle(turn.conversation_id, "unconfined", decision.note)
 
     def _refuse(self, turn: ClaimedTurn, text: str, sessions: Sequence[str]) -> None:
         """A turn that may not run (it cannot be confined): it ends at once as an error answer."""
@@ -634,36 +505,5 @@ class _PlanGuard:
             return
         if self._env.workspaces.restore(self._path, self._snapshot):
             cid = self._turn.conversation_id
-            self._env.notify(self._env.on_lifecycle, cid, "plan_changes_discarded",
+            self._env.events.lifecycle(cid, "plan_changes_discarded",
                              "The planning turn changed files; the workspace was put back.")
-
-
-def issue_title(turn: ClaimedTurn) -> str | None:
-    """The issue's own title: the conversation's title without its `[ENG-123] ` prefix."""
-    prefix = f"[{turn.issue_identifier}] "
-    if turn.issue_identifier and turn.title.startswith(prefix):
-        return turn.title[len(prefix):]
-    return turn.title or None
-
-
-def route_command(config: Config, route_name: str | None) -> list[str]:
-    """The route's command, else `agent.command`."""
-    route = config.route(route_name)
-    return list((route.command if route and route.command else None) or config.agent.command)
-
-
-def agent_path(base: Mapping[str, str]) -> str:
-    """The agent's PATH: the inherited one, with wakeline's own `bin` first, so `wakeline
-    agent ...` and `wakeline linear ...` work inside a turn however wakeline was installed."""
-    path = base.get("PATH", os.defpath)
-    tools = str(Path(sys.executable).parent)
-    return path if tools in path.split(os.pathsep) else f"{tools}{os.pathsep}{path}"
-
-
-def agent_environment(base: Mapping[str, str], secret_values: Sequence[str],
-                      extra: Mapping[str, str]) -> dict[str, str]:
-    """The inherited environment without wakeline's own variables or any secret, plus `extra`."""
-    held = set(secret_values)
-    env = {k: v for k, v in base.items() if not k.startswith("WAKELINE_") and v not in held}
-    env.update({k: v for k, v in extra.items() if v})
-    return env

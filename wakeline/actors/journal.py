@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pykka
 
-from wakeline.journal import KINDS, JournalStore, Note
+from wakeline.journal.entries import KINDS, JournalStore, Note
 
 log = logging.getLogger(__name__)
 

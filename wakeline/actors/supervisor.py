@@ -31,10 +31,11 @@ from typing import Any, Iterable
 
 import pykka
 
-from wakeline.actors.conversation import ConversationActor, TurnEnv
+from wakeline.actors.conversation import ConversationActor
 from wakeline.clock import to_ms
 from wakeline.errors import Conflict, NotFound, WorkspaceFailed
 from wakeline.providers.linear import replies
+from wakeline.turns.env import TurnEnv
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ class Supervisor(pykka.ThreadingActor):
                           "completed": outcome.completed if outcome else 0}
             self.wake([conversation_id])
             self._env.kick_tracker()  # the reset answered the sessions whose work it dropped
-            self._env.notify(self._env.on_lifecycle, conversation_id, "reset",
+            self._env.events.lifecycle(conversation_id, "reset",
                              "The operator reset the conversation: a new session.")
             return answer
         if operation == "retry":
@@ -231,7 +232,7 @@ class Supervisor(pykka.ThreadingActor):
         if operation == "abandon":
             if not fifo.abandon(conversation_id, now):
                 raise Conflict("the conversation is not stalled")
-            self._env.notify(self._env.on_lifecycle, conversation_id, "abandoned",
+            self._env.events.lifecycle(conversation_id, "abandoned",
                              "The operator abandoned the stalled turn.")
             self.wake([conversation_id])
             return {"abandoned": True}

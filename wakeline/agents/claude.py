@@ -12,6 +12,7 @@ import re
 from types import MappingProxyType
 from typing import Any
 
+from wakeline.agents.kind import AgentKind, without
 from wakeline.agents.streams import (
     JsonLinesReader,
     PlanStep,
@@ -265,3 +266,40 @@ def _text(value: object) -> str:
 
 def _strings(value: object) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+# --- how Claude Code runs ------------------------------------------------------------------
+# `-p --output-format stream-json --verbose` prints the stream; `--resume ID` continues its
+# session; `--permission-mode plan` is its read-only mode; inside wakeline's sandbox its own
+# (bubblewrap) sandbox must nest, which its `enableWeakerNestedSandbox` setting allows.
+
+CLAUDE_STREAM = ("--output-format", "stream-json")
+NESTED_SETTINGS = '{"sandbox": {"enableWeakerNestedSandbox": true}}'
+
+
+def _output_args(argv: list[str]) -> list[str]:
+    if "-p" not in argv and "--print" not in argv:
+        argv.append("-p")
+    if "--output-format" not in argv:
+        argv += CLAUDE_STREAM
+    if "--verbose" not in argv:
+        argv.append("--verbose")  # stream-json in print mode needs it
+    return argv
+
+
+def _resume_args(argv: list[str], session: str) -> list[str]:
+    return [*argv, "--resume", session]
+
+
+def _read_only_args(argv: list[str]) -> list[str]:
+    argv = without(argv, {"--dangerously-skip-permissions",
+                          "--allow-dangerously-skip-permissions"}, {"--permission-mode"})
+    return [*argv, "--permission-mode", "plan"]
+
+
+def _confined_args(argv: list[str]) -> list[str]:
+    return argv if "--settings" in argv else [*argv, "--settings", NESTED_SETTINGS]
+
+
+KIND = AgentKind("claude", ClaudeReader, _output_args, _resume_args, _read_only_args,
+                 _confined_args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from wakeline.agents.kind import AgentKind, without
 from wakeline.agents.streams import (
     JsonLinesReader,
     PlanStep,
@@ -205,3 +206,57 @@ def _mcp_result(item: dict[str, Any]) -> tuple[str, bool]:
     text = "\n".join(block["text"] for block in (blocks if isinstance(blocks, list) else [])
                      if isinstance(block, dict) and isinstance(block.get("text"), str))
     return text, item.get("status") == "failed"
+
+
+# --- how Codex runs --------------------------------------------------------------------------
+# `exec --json` prints the stream; `resume ID` goes before the final `-` (the prompt on stdin)
+# so every option before it (the sandbox mode: `codex exec resume` takes no `-s` of its own
+# and would run read-only) still applies; `-s read-only` is its read-only mode, with any
+# `-c sandbox...` override that could widen it again removed.
+
+
+def _output_args(argv: list[str]) -> list[str]:
+    if "exec" not in argv:
+        argv.insert(1 if argv else 0, "exec")
+    if "--json" not in argv:
+        argv.insert(argv.index("exec") + 1, "--json")
+    return argv
+
+
+def _resume_args(argv: list[str], session: str) -> list[str]:
+    at = len(argv) - 1 if argv and argv[-1] == "-" else len(argv)
+    return [*argv[:at], "resume", session, *argv[at:]]
+
+
+def _read_only_args(argv: list[str]) -> list[str]:
+    argv = without(_without_sandbox_overrides(argv),
+                   {"--full-auto", "--dangerously-bypass-approvals-and-sandbox", "--yolo"},
+                   {"-s", "--sandbox"})
+    if "exec" not in argv:
+        argv.insert(1 if argv else 0, "exec")
+    at = argv.index("exec") + 1
+    argv[at:at] = ["-s", "read-only"]
+    return argv
+
+
+def _without_sandbox_overrides(argv: list[str]) -> list[str]:
+    """`argv` without Codex config overrides of its sandbox (`-c sandbox_mode=...`), which
+    could otherwise widen a planning turn's read-only sandbox again."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        value = argv[i + 1] if arg in ("-c", "--config") and i + 1 < len(argv) else None
+        inline = arg.split("=", 1)[1] if arg.startswith("--config=") else None
+        setting = value if value is not None else inline
+        if setting is not None and setting.lstrip().startswith("sandbox"):
+            i += 2 if value is not None else 1
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+
+
+KIND = AgentKind("codex", CodexReader, _output_args, _resume_args, _read_only_args)

@@ -280,22 +280,3 @@ class JsonLinesReader:
                 self._links.add(url)
                 events.append(LinkFound(PULL_REQUEST_LABEL, url))
         return events
-
-
-def reader_for(output: str) -> StreamReader:
-    """Builds the reader for a route's `output` setting: `text`, `claude` or `codex`.
-
-    Raises:
-        ValueError: For any other value.
-    """
-    # Imported here because both reader modules build on this one.
-    from wakeline.agents.claude import ClaudeReader
-    from wakeline.agents.codex import CodexReader
-
-    if output == "text":
-        return TextReader()
-    if output == "claude":
-        return ClaudeReader()
-    if output == "codex":
-        return CodexReader()
-    raise ValueError(f"unknown agent output {output!r}: expected text, claude or codex")

@@ -28,7 +28,7 @@ from wakeline.clock import to_ms
 from wakeline.config import load_config
 from wakeline.demo.stand_in import StandInLinear
 from wakeline.models.views import list_conversations
-from wakeline.net import http_session
+from wakeline.commands.net import http_session
 from wakeline.providers.linear.signature import sign
 
 SETTLE_SECONDS = 45.0

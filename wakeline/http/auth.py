@@ -7,7 +7,7 @@ from typing import Any, Callable
 import falcon
 
 from wakeline.errors import LaneRefused, Unauthorized
-from wakeline.tokens import Grant, Lane, TokenRegistry
+from wakeline.turns.tokens import Grant, Lane, TokenRegistry
 
 ALL_LANES = frozenset(Lane)
 OPERATOR_ONLY = frozenset({Lane.OPERATOR})

@@ -12,7 +12,7 @@ from wakeline.http.params import int_param
 from wakeline.models.states import ConversationState
 from wakeline.models.store import Store
 from wakeline.models.views import list_conversations, show_conversation
-from wakeline.tokens import Lane
+from wakeline.turns.tokens import Lane
 
 COMMANDS = ("stop", "reset", "retry", "abandon")
 ASK_TIMEOUT_SECONDS = 15

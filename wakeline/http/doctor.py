@@ -18,10 +18,10 @@ from wakeline.providers.linear.credentials import AppCredential, Credential
 from wakeline.providers.linear.token_file import TokenFile
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.secrets import DISCORD_TOKEN_ENV, read_secret_file
-from wakeline.checks import (
+from wakeline.service.checks import (
     command_checks, discord_checks, disk_check, extras_checks, route_checks,
 )
-from wakeline.tokens import Lane
+from wakeline.turns.tokens import Lane
 
 if TYPE_CHECKING:
     from wakeline.providers.linear.client import RequestBudget

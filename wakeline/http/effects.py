@@ -17,7 +17,7 @@ from wakeline.http.auth import lanes
 from wakeline.http.params import int_param, json_body
 from wakeline.models.outbox import EffectState
 from wakeline.models.store import Store
-from wakeline.tokens import Lane
+from wakeline.turns.tokens import Lane
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

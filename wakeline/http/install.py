@@ -16,7 +16,7 @@ from wakeline.errors import BadRequest, Conflict, InstallRefused
 from wakeline.http.auth import lanes
 from wakeline.http.params import json_body
 from wakeline.providers.linear.install import Installer
-from wakeline.tokens import Lane
+from wakeline.turns.tokens import Lane
 
 WAIT_MAX_SECONDS = 20.0
 NOT_CONFIGURED = ("no Linear app is configured: set linear.client_id and put the client secret in "

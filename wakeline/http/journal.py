@@ -24,8 +24,8 @@ import falcon
 from wakeline.errors import BadRequest
 from wakeline.http.auth import lanes
 from wakeline.http.params import int_param
-from wakeline.journal import PAGE_MAX, JournalStore
-from wakeline.tokens import Lane
+from wakeline.journal.entries import PAGE_MAX, JournalStore
+from wakeline.turns.tokens import Lane
 
 DEFAULT_LIMIT = 100
 MAX_WAIT_SECONDS = 20.0

@@ -28,11 +28,17 @@ from typing import TYPE_CHECKING, Any
 import falcon
 import pykka
 
-from wakeline.actors.conversation import SettledSignal
 from wakeline.clock import Clock, to_ms
 from wakeline.errors import (
-    BadRequest, ConfirmMismatch, InvalidQuery, LaneRefused, PossiblyDispatched, ProviderRejected,
-    RequiresConnectedLinear, TargetUnnameable, WakelineError,
+    BadRequest,
+    ConfirmMismatch,
+    InvalidQuery,
+    LaneRefused,
+    PossiblyDispatched,
+    ProviderRejected,
+    RequiresConnectedLinear,
+    TargetUnnameable,
+    WakelineError,
 )
 from wakeline.http.auth import lanes
 from wakeline.http.params import json_body
@@ -42,7 +48,8 @@ from wakeline.providers.linear import replies
 from wakeline.providers.linear.account import VIEWER_QUERY, record_account, recorded_account
 from wakeline.providers.linear.credentials import Credential
 from wakeline.providers.linear.intents import write_intents
-from wakeline.tokens import Grant, Lane
+from wakeline.turns.env import SettledSignal
+from wakeline.turns.tokens import Grant, Lane
 
 if TYPE_CHECKING:
     from wakeline.providers.linear.graphql_guard import Analysis

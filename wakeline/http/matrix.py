@@ -17,10 +17,10 @@ from wakeline.errors import BadRequest, LaneRefused, NotFound
 from wakeline.http.auth import lanes
 from wakeline.http.params import int_param, json_body
 from wakeline.models.approvals import ApprovalStatus
-from wakeline.tokens import Grant, Lane
+from wakeline.turns.tokens import Grant, Lane
 
 if TYPE_CHECKING:
-    from wakeline.providers.matrix.service import MatrixRoutes
+    from wakeline.providers.matrix.part import MatrixRoutes
 
 TURN_LANES = (Lane.OPERATOR, Lane.WORKER, Lane.ROOM)
 APPROVE_WAIT_SECONDS = 10.0

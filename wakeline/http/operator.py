@@ -20,20 +20,20 @@ from wakeline.http import (
 from wakeline.http.auth import BearerAuth, lanes
 from wakeline.http.params import int_param, json_body
 from wakeline.http.health import Health
-from wakeline.inbox import DEFAULT_LIMIT, MAX_LIMIT, Inbox
-from wakeline.metrics import Metrics
+from wakeline.models.inbox import DEFAULT_LIMIT, MAX_LIMIT, Inbox
+from wakeline.service.metrics import Metrics
 from wakeline.models.store import Store
-from wakeline.tokens import Lane, TokenRegistry
+from wakeline.turns.tokens import Lane, TokenRegistry
 
 if TYPE_CHECKING:
-    from wakeline.agents.progress import TurnProgress
-    from wakeline.journal import JournalStore
+    from wakeline.turns.progress import TurnProgress
+    from wakeline.journal.entries import JournalStore
     from wakeline.providers.linear.client import RequestBudget
     from wakeline.providers.linear.credentials import Credential
     from wakeline.providers.linear.install import Installer
     from wakeline.providers.linear.workflow import WorkflowRegistry
-    from wakeline.providers.matrix.service import MatrixRoutes
-    from wakeline.scheduling import HostView
+    from wakeline.providers.matrix.part import MatrixRoutes
+    from wakeline.scheduling.base import HostView
     from wakeline.secrets import Secrets
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import falcon
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from wakeline.agents.progress import Option, TurnProgress
+from wakeline.turns.progress import Option, TurnProgress
 from wakeline.agents.streams import (
     LinkFound, PlanStep, PlanUpdate, ProgressEvent, SessionStarted, Thought, ToolFinished,
     ToolStarted,
@@ -24,7 +24,7 @@ from wakeline.agents.streams import (
 from wakeline.errors import BadRequest, InvalidProgress, NoTurn
 from wakeline.http.auth import lanes
 from wakeline.http.params import json_body
-from wakeline.tokens import Grant, Lane
+from wakeline.turns.tokens import Grant, Lane
 
 TEXT_MAX = 20_000
 PLAN_STEPS_MAX = 500  # accepted; the native plan shows the first steps and sums up the rest

@@ -366,7 +366,7 @@ MIGRATIONS.append(
 
 MIGRATIONS.append(
     # The owner's journal in the shared database, for hosts that share one (engine "dbos";
-    # wakeline/models/journal_table.py): `id` is the entry's seq, `entry_id` its source id.
+    # wakeline/journal/table.py): `id` is the entry's seq, `entry_id` its source id.
     [
         """CREATE TABLE journal_entries (
             id INTEGER PRIMARY KEY,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import wakeline
-from wakeline.checks import sandbox_check
+from wakeline.agents.registry import kind_of
 from wakeline.config import Config, RouteConfig
 from wakeline.errors import ConfigError, ConfinementFailed, WorkspaceFailed
 from wakeline.sandbox.gitdirs import worktree_dirs
@@ -33,6 +33,7 @@ from wakeline.sandbox.layout import RUN_DIR, Layout, bwrap_argv, unseen, within
 from wakeline.sandbox.probe import Probe
 from wakeline.sandbox.proxy import AllowProxy, ProxyTurn
 from wakeline.sandbox.tools import tool_paths
+from wakeline.service.checks import sandbox_check
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ PROXY_SOCKET = "proxy.sock"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 LAUNCHER_FAILED = 125
 RUNTIME_PATH_MAX = 90  # leaves room for a socket's name within the 107 bytes of sun_path
-# What Claude Code needs to run its own sandbox (its Bash tool's) inside this one: no fresh /proc.
-CLAUDE_NESTED = '{"sandbox": {"enableWeakerNestedSandbox": true}}'
 
 
 @dataclass(frozen=True)
@@ -202,8 +201,7 @@ class Sandbox:
         command[0] = os.path.abspath(found)
         # A file the command names (a script for its interpreter) is shown too, read-only.
         files = tuple(a for a in command[1:] if a.startswith("/") and os.path.isfile(a))
-        if output == "claude" and "--settings" not in command:
-            command += ["--settings", CLAUDE_NESTED]
+        command = kind_of(output).confined_args(command)  # the CLI's own sandbox nests
         parts = self._parts(route, command[0], files, path_env)
         if not parts.home.is_dir():  # removed meanwhile: made again
             self._cache.clear()

@@ -46,7 +46,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from wakeline.scheduling import HostView
+from wakeline.scheduling.base import HostView
 from wakeline.scheduling.roles import Roles
 
 log = logging.getLogger(__name__)

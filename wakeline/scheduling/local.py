@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from wakeline.scheduling import HostView
+from wakeline.scheduling.base import HostView
 from wakeline.scheduling.roles import Roles
 
 

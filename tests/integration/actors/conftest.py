@@ -26,7 +26,7 @@ DISCORD_TOKEN = "test-discord-bot-token-5u9QxW2eLr"
 def discord_tuning() -> Any:
     """Short waits against the fake Discord (discord.py's own 5 s before a new IDENTIFY,
     its 2 s wait for guilds, the retries' backoff)."""
-    from wakeline.providers.discord.service import DiscordTuning
+    from wakeline.providers.discord.part import DiscordTuning
 
     return DiscordTuning(backoff_seconds=(0.2, 0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5),
                          gateway_retry_seconds=(0.2, 0.3, 0.5), identify_wait_seconds=0,

@@ -498,7 +498,7 @@ def test_an_invalid_session_catches_up_over_rest(harness: Any) -> None:
 
 def test_the_token_never_reaches_a_log_the_journal_a_thread_or_an_agent(
         harness: Any, caplog: pytest.LogCaptureFixture) -> None:
-    from wakeline.logs import RedactingFormatter
+    from wakeline.service.logs import RedactingFormatter
 
     caplog.set_level(logging.DEBUG)
     h = harness("env", discord=True, env={"WAKELINE_DISCORD_TOKEN": DISCORD_TOKEN,

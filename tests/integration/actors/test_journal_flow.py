@@ -15,7 +15,7 @@ from tests.conftest import (LINEAR_KEY, OPERATOR_TOKEN, WEBHOOK_SECRET, comment_
 from tests.fakes.linear import FakeLinear
 from tests.helpers import kept_journal, wait_until
 from wakeline.cli import cli
-from wakeline.tokens import Lane
+from wakeline.turns.tokens import Lane
 
 ROUTES = [{"name": "ops", "teams": ["OPS"], "mode": "issue", "done_state_id": "state-done"}]
 

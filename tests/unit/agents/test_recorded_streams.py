@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 
 from tests.unit.agents import read_all, strictly
+from wakeline.agents.registry import reader_for
 from wakeline.agents.streams import (
-    LinkFound, PlanStep, PlanUpdate, ProgressEvent, SessionStarted, StreamAnswer, Thought,
-    ToolFinished, ToolStarted, reader_for,
+    LinkFound,
+    PlanStep,
+    PlanUpdate,
+    ProgressEvent,
+    SessionStarted,
+    StreamAnswer,
+    Thought,
+    ToolFinished,
+    ToolStarted,
 )
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "agent-streams"

@@ -7,6 +7,7 @@ import pytest
 from tests.unit.agents import read_all
 from wakeline.agents.claude import ClaudeReader
 from wakeline.agents.codex import CodexReader
+from wakeline.agents.registry import reader_for
 from wakeline.agents.streams import (
     JsonLinesReader,
     LinkFound,
@@ -16,9 +17,7 @@ from wakeline.agents.streams import (
     classify,
     clip,
     pull_request_urls,
-    reader_for,
 )
-
 
 # classify
 

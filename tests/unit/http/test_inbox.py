@@ -29,15 +29,15 @@ from wakeline.clock import SystemClock
 from wakeline.config import Config
 from wakeline.errors import NotShown
 from wakeline.http.operator import create_operator_app
-from wakeline.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES, Inbox, bound_event
-from wakeline.metrics import Metrics
+from wakeline.models.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES, Inbox, bound_event
+from wakeline.service.metrics import Metrics
 from wakeline.models import inbox_store
 from wakeline.models.schema import INBOX_CONVERSATION_ID
 from wakeline.models.states import Outcome
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
-from wakeline.routing import plan_admission
-from wakeline.tokens import Lane, TokenRegistry
+from wakeline.admission.router import plan_admission
+from wakeline.turns.tokens import Lane, TokenRegistry
 
 DAY_MS = 86_400_000
 
@@ -434,7 +434,7 @@ def test_the_boundary_is_persisted(frozen: Any, operator: Any, store: Store, con
     cursors = admit(store, config, 4)
     read(operator, limit=3)
     ack(operator, cursors[1])
-    from wakeline.scheduling import store_target
+    from wakeline.scheduling.engine import store_target
 
     other = Store.open(store_target(config), clock)  # SQLite, or the test's PostgreSQL database
     try:

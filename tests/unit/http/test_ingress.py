@@ -223,9 +223,9 @@ def test_shape_is_checked_before_freshness(frozen: Any, ingress: Any) -> None:
 def test_foreign_organization_is_refused(frozen: Any, make_config: Any, store: Store, clock: Any) -> None:
     from falcon import testing
 
-    from wakeline.admission import AdmissionWriter
+    from wakeline.admission.writer import AdmissionWriter
     from wakeline.http.ingress import create_ingress_app
-    from wakeline.metrics import Metrics
+    from wakeline.service.metrics import Metrics
     from wakeline.providers.linear.adapter import LinearWebhooks
 
     config = make_config(linear={"organization_id": "org-mine"})
@@ -246,9 +246,9 @@ def test_stale_is_checked_before_organization(frozen: Any, make_config: Any, sto
                                               clock: Any) -> None:
     from falcon import testing
 
-    from wakeline.admission import AdmissionWriter
+    from wakeline.admission.writer import AdmissionWriter
     from wakeline.http.ingress import create_ingress_app
-    from wakeline.metrics import Metrics
+    from wakeline.service.metrics import Metrics
     from wakeline.providers.linear.adapter import LinearWebhooks
 
     config = make_config(linear={"organization_id": "org-mine"})
@@ -287,9 +287,9 @@ def test_unsupported_event_of_the_configured_organization_is_ignored(frozen: Any
                                                                       store: Store, clock: Any) -> None:
     from falcon import testing
 
-    from wakeline.admission import AdmissionWriter
+    from wakeline.admission.writer import AdmissionWriter
     from wakeline.http.ingress import create_ingress_app
-    from wakeline.metrics import Metrics
+    from wakeline.service.metrics import Metrics
     from wakeline.providers.linear.adapter import LinearWebhooks
 
     config = make_config(linear={"organization_id": ORG})

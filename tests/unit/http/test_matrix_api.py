@@ -24,10 +24,10 @@ from wakeline.models.rooms import RoomEvent
 from wakeline.models.envelopes import MatrixMessage
 from wakeline.models.store import Store
 from wakeline.providers.matrix.routes import RouteState
-from wakeline.providers.matrix.service import MatrixRoutes
-from wakeline.recorder import Recorder
+from wakeline.providers.matrix.part import MatrixRoutes
+from wakeline.journal.recorder import Recorder
 from wakeline.secrets import Secrets
-from wakeline.tokens import Lane, TokenRegistry
+from wakeline.turns.tokens import Lane, TokenRegistry
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from falcon import testing
 from tests.conftest import (
     OPERATOR_TOKEN, comment_event, comments, deliver, issue_event, session_event,
 )
-from wakeline.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES
+from wakeline.models.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES
 
 
 def size_of(event: dict[str, Any]) -> int:
@@ -253,12 +253,12 @@ def test_one_event_larger_than_the_budget_still_fits_alone(frozen: Any, operator
 def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock: Any) -> None:
     """With an engine's hosts: each one's id, last heartbeat, liveness and running turns; a
     dead host stays listed as not alive. `wakeline status` prints them."""
-    from wakeline.cli import _status_text
+    from wakeline.commands.operate import status_text
     from wakeline.http.operator import create_operator_app
-    from wakeline.inbox import Inbox
-    from wakeline.metrics import Metrics
-    from wakeline.scheduling import HostView
-    from wakeline.tokens import TokenRegistry
+    from wakeline.models.inbox import Inbox
+    from wakeline.service.metrics import Metrics
+    from wakeline.scheduling.base import HostView
+    from wakeline.turns.tokens import TokenRegistry
 
     seen = [HostView("host-1", 1_796_000_000_000, False, 0, 12),
             HostView("host-2", 1_796_000_005_000, True, 3, -40)]
@@ -274,7 +274,7 @@ def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock:
          "skewMs": -40}]
     import click
 
-    text = click.unstyle(_status_text(data))  # click drops the colour off a TTY
+    text = click.unstyle(status_text(data))  # click drops the colour off a TTY
     assert "hosts: 1 of 2 alive" in text
     assert "host-1: NOT ALIVE" in text and "host-2: alive" in text and "3 running" in text
 

@@ -9,12 +9,12 @@ import pytest
 from falcon import testing
 
 from tests.conftest import OPERATOR_TOKEN
-from wakeline.agents.progress import Option, TurnProgress
+from wakeline.turns.progress import Option, TurnProgress
 from wakeline.agents.streams import LinkFound, PlanStep, PlanUpdate, SessionStarted, Thought, ToolStarted
 from wakeline.http import errors
 from wakeline.http.auth import BearerAuth
 from wakeline.http.progress import add_routes
-from wakeline.tokens import Lane, TokenRegistry
+from wakeline.turns.tokens import Lane, TokenRegistry
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from wakeline.models.states import Outcome
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
 from wakeline.providers.linear.intents import write_intents
-from wakeline.routing import Router
+from wakeline.admission.router import Router
 
 ME = "app-user-1"
 T0 = 1_800_000_000_000

@@ -26,7 +26,7 @@ from wakeline.models.plans import AdmissionPlan, Decision
 from wakeline.models.retention import DAY_MS, HOUR_MS, Retention
 from wakeline.models.states import Outcome, TurnResultKind
 from wakeline.models.store import Store
-from wakeline.routing import Router
+from wakeline.admission.router import Router
 
 KEEP = DAY_MS  # keep_days = 1 in these tests; the dedupe window is 24 h unless said
 

@@ -14,7 +14,7 @@ from wakeline.clock import SystemClock
 from wakeline.models.states import TurnResultKind
 from wakeline.models.store import Store
 from wakeline.providers.linear.replies import INTERRUPTED_REPLY, RERUN_REPLY
-from wakeline.scheduling import store_target
+from wakeline.scheduling.engine import store_target
 
 
 @pytest.fixture

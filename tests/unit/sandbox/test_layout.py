@@ -16,7 +16,7 @@ from wakeline.errors import WorkspaceFailed
 from wakeline.sandbox.gitdirs import DEV_NULL, worktree_dirs
 from wakeline.sandbox.layout import Layout, bwrap_argv
 from wakeline.sandbox.tools import tool_paths
-from wakeline.workspaces import Workspaces
+from wakeline.turns.workspaces import Workspaces
 
 STATE = Path("/srv/wl/state")
 WORKSPACE = STATE / "workspaces" / "cv_1"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import stat
 from typing import Any
 
-from wakeline.checks import Check
+from wakeline.service.parts import Check
 from wakeline.config import Config
 from wakeline.errors import DiscordError, DiscordRejected, DiscordUnauthorized
 from wakeline.providers.discord.rest import DiscordRest

@@ -21,7 +21,7 @@ import requests
 from wakeline.errors import (
     DiscordRateLimited, DiscordRejected, DiscordUnauthorized, DiscordUnavailable, ThreadGone,
 )
-from wakeline.net import http_session
+from wakeline.commands.net import http_session
 from wakeline.providers.discord.limits import RateLimits, Route, retry_after_of
 from wakeline.secrets import redact
 

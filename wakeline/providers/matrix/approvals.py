@@ -30,7 +30,7 @@ from typing import Callable
 
 from wakeline.clock import Clock, to_ms
 from wakeline.errors import BodyChanged, Conflict, NotFound
-from wakeline.journal import excerpt
+from wakeline.journal.entries import excerpt
 from wakeline.models.approvals import DAY_MS, Approval, ApprovalStatus
 from wakeline.models.store import Store
 

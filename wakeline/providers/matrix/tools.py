@@ -19,10 +19,10 @@ from wakeline.models.rooms import MATRIX_NAMESPACE, room_subject
 from wakeline.providers.matrix.events import MAX_EVENT_BYTES, event_size
 from wakeline.providers.matrix.routes import RouteState, check_route
 from wakeline.providers.matrix.sync import SyncLoop
-from wakeline.tokens import Grant, Lane
+from wakeline.turns.tokens import Grant, Lane
 
 if TYPE_CHECKING:
-    from wakeline.providers.matrix.service import Connection, MatrixRoutes
+    from wakeline.providers.matrix.part import Connection, MatrixRoutes
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from wakeline.app import discord_service
-from wakeline.cli import _conversation_text
+from wakeline.commands.operate import conversation_text
 from wakeline.config import Config, parse_config
 from wakeline.errors import ConfigError
 from wakeline.secrets import Secrets, load_secrets
@@ -67,9 +67,9 @@ def test_conversations_show_prints_the_control_thread() -> None:
         "updatedAt": None, "control": {"provider": "discord", "threadId": "900",
                                        "title": "[OPS-1] t", "archived": True, "locked": True}}
     assert 'control: discord thread 900 "[OPS-1] t" (archived and locked)' in \
-        _conversation_text(view)
+        conversation_text(view)
     view["control"] = None
-    assert "control:" not in _conversation_text(view)
+    assert "control:" not in conversation_text(view)
 
 
 def test_the_doctor_wants_the_token_file_owner_only(make_config: Callable[..., Config],
