@@ -9,8 +9,8 @@ SIGKILL, and starts it again on the same state and ports. The child's stdout and
 `serve.out` and `serve.log` in its directory, for failure messages.
 
 No child outlives its test: one that does not come up is killed before the test fails, `stop`
-kills one that does not stop in time, and `close()` (or leaving a `with` block) kills one
-still running (`tests/support/leftovers.py` fails a session that leaks one).
+kills one that does not stop in time, and `close()` kills one still running (a test's
+`finally` or fixture calls it; `tests/support/leftovers.py` fails a session that leaks one).
 """
 
 from __future__ import annotations
@@ -170,12 +170,6 @@ class Served:
         """Kill the child if it still runs."""
         if self.alive():
             self.kill9()
-
-    def __enter__(self) -> Served:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def post(self, raw: bytes, headers: dict[str, str]) -> requests.Response:
         """Post one delivery as given to the webhook listener."""
