@@ -1,9 +1,10 @@
-"""A fake Linear GraphQL API: a real HTTP server on 127.0.0.1 with scripted behaviour.
+"""The tests' fake Linear: the shipped stand-in (`wakeline.testing.StandInLinear`) with
+scripted behaviour.
 
-It answers `agentActivityCreate`, `commentCreate` and `viewer` the way Linear
-does, records every request, and can be told to be slow, fail with a 500, drop
-the connection, answer RATELIMITED (as Linear does, with HTTP 400), or hold an
-answer until the test lets it go (`hold`).
+On top of the stand-in's answers and records it knows teams and their workflow states,
+issues' places, which users are apps, and Linear's OAuth token endpoint (`FakeOAuth`), and it
+can be told to be slow, fail with a 500, drop the connection, answer RATELIMITED (as Linear
+does, with HTTP 400), or hold an answer until the test lets it go (`hold`).
 """
 
 from __future__ import annotations
@@ -13,27 +14,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs
 
+from wakeline.testing.linear import Recorded, Reply, StandInLinear
 
-@dataclass
-class Recorded:
-    """One request the fake received."""
-
-    at: float
-    headers: dict[str, str]
-    body: dict[str, Any]
-    refused: bool = False  # answered 401: the token was not a live one
-
-    @property
-    def query(self) -> str:
-        return str(self.body.get("query", ""))
-
-    @property
-    def input(self) -> dict[str, Any]:
-        return (self.body.get("variables") or {}).get("input") or {}
+UNAUTHENTICATED = {"errors": [{"message": "Authentication required, not authenticated",
+                               "extensions": {"code": "AUTHENTICATION_ERROR"}}]}
 
 
 @dataclass
@@ -106,14 +93,16 @@ class FakeOAuth:
         return 200, body
 
 
-@dataclass
-class FakeLinear:
-    """Start with `start()`; `url` is the GraphQL endpoint."""
+@dataclass(eq=False, kw_only=True)
+class FakeLinear(StandInLinear):
+    """Start with `start()`; `url` is the GraphQL endpoint, `oauth_url` the token endpoint."""
 
+    viewer: dict[str, str] = field(
+        default_factory=lambda: {"id": "app-user-1", "name": "wakeline app"})
+    organization: dict[str, str] = field(
+        default_factory=lambda: {"id": "org-test", "name": "Test workspace"})
     latency: float = 0.0
     script: list[str] = field(default_factory=list)  # next behaviours: "500", "drop", "ratelimited", "error"
-    requests: list[Recorded] = field(default_factory=list)
-    handler: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     delays: dict[str, float] = field(default_factory=dict)  # extra seconds when the body holds the key
     # issue id -> {"project": id | None, "team": key, "state": {"id", "type"}}; others: not found
     issues: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -128,8 +117,7 @@ class FakeLinear:
     users_failing: bool = False  # `user(id)` answers an internal error while set
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        super().__post_init__()
         self._gates: dict[str, threading.Event] = {}
 
     def hold(self, key: str) -> threading.Event:
@@ -140,124 +128,74 @@ class FakeLinear:
             self._gates[key] = gate
         return gate
 
-    def start(self) -> "FakeLinear":
-        if self._server is not None:
-            return self  # already serving (a test that needs its URL before the service)
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep test output quiet
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                raw_body = self.rfile.read(length)
-                if self.path.startswith("/oauth/token"):
-                    return self._token(raw_body)
-                body = json.loads(raw_body or b"{}")
-                if fake.oauth is not None and not fake.oauth.valid(self.headers.get("Authorization")):
-                    with fake._lock:
-                        fake.requests.append(Recorded(time.time(), dict(self.headers), body, True))
-                    return self._send(401, {"errors": [{
-                        "message": "Authentication required, not authenticated",
-                        "extensions": {"code": "AUTHENTICATION_ERROR"}}]})
-                with fake._lock:
-                    behaviour = fake.script.pop(0) if fake.script else "ok"
-                    fake.requests.append(Recorded(time.time(), dict(self.headers), body))
-                raw = json.dumps(body)
-                with fake._lock:
-                    gates = [g for key, g in fake._gates.items() if key in raw]
-                for gate in gates:
-                    gate.wait(30)
-                delay = fake.latency + sum(s for key, s in fake.delays.items() if key in raw)
-                if delay:
-                    time.sleep(delay)
-                if behaviour == "drop":
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                if behaviour == "500":
-                    return self._send(500, {"error": "internal"})
-                if behaviour == "ratelimited":
-                    return self._send(400, {"errors": [{"message": "Rate limit exceeded",
-                                                        "extensions": {"code": "RATELIMITED"}}]},
-                                      {"X-RateLimit-Requests-Remaining": "0",
-                                       "X-RateLimit-Requests-Reset": str(int(
-                                           (time.time() + fake.ratelimit_reset_seconds) * 1000))})
-                if behaviour == "error":
-                    return self._send(200, {"errors": [{"message": "Entity not found: AgentSession"}]})
-                self._send(200, fake.answer(body))
-
-            def _token(self, raw: bytes) -> None:
-                assert fake.oauth is not None, "no FakeOAuth configured"
-                form = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
-                with fake._lock:
-                    fake.oauth.asked.append(time.time())
-                    gate = fake.oauth.gate
-                if gate is not None:
-                    gate.wait(30)
-                with fake._lock:
-                    behaviour = "500" if fake.oauth.down else \
-                        fake.oauth.script.pop(0) if fake.oauth.script else "ok"
-                if behaviour == "slow":
-                    time.sleep(1.0)
-                if behaviour == "drop":
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                if behaviour == "500":
-                    return self._send(500, {"error": "server_error"})
-                if behaviour == "invalid_grant":
-                    return self._send(400, {"error": "invalid_grant",
-                                            "error_description": "The refresh token was revoked"})
-                with fake._lock:
-                    status, answer = fake.oauth.token(form)
-                self._send(status, answer)
-
-            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                raw = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="fake-linear", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}/graphql"
-
     @property
     def oauth_url(self) -> str:
         """The token endpoint (served when `oauth` is set)."""
         return self.url.removesuffix("/graphql") + "/oauth/token"
 
-    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.handler is not None:
-            return self.handler(body)
+    def respond(self, path: str, headers: dict[str, str], raw: bytes) -> Reply | None:
+        """The token endpoint; else the stand-in's answer, after the script's next behaviour,
+        any hold and delay, to a request that carries a live token when `oauth` is set."""
+        if path.startswith("/oauth/token"):
+            return self._token(raw)
+        if self.oauth is not None and not self.oauth.valid(headers.get("Authorization")):
+            self.receive(headers, raw, refused=True)
+            return Reply(401, UNAUTHENTICATED)
+        with self._lock:  # the script's next behaviour belongs to the request recorded with it
+            recorded = self.receive(headers, raw)
+            behaviour = self.script.pop(0) if self.script else "ok"
+            text = json.dumps(recorded.body)
+            gates = [gate for key, gate in self._gates.items() if key in text]
+        for gate in gates:
+            gate.wait(30)
+        delay = self.latency + sum(s for key, s in self.delays.items() if key in text)
+        if delay:
+            time.sleep(delay)
+        if behaviour == "drop":
+            return None
+        if behaviour == "500":
+            return Reply(500, {"error": "internal"})
+        if behaviour == "ratelimited":
+            reset_ms = int((time.time() + self.ratelimit_reset_seconds) * 1000)
+            return Reply(400, {"errors": [{"message": "Rate limit exceeded",
+                                           "extensions": {"code": "RATELIMITED"}}]},
+                         {"X-RateLimit-Requests-Remaining": "0",
+                          "X-RateLimit-Requests-Reset": str(reset_ms)})
+        if behaviour == "error":
+            return Reply(200, {"errors": [{"message": "Entity not found: AgentSession"}]})
+        return Reply(200, self.answer(recorded.body))
+
+    def _token(self, raw: bytes) -> Reply | None:
+        assert self.oauth is not None, "no FakeOAuth configured"
+        form = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+        with self._lock:
+            self.oauth.asked.append(time.time())
+            gate = self.oauth.gate
+        if gate is not None:
+            gate.wait(30)
+        with self._lock:
+            behaviour = "500" if self.oauth.down else \
+                self.oauth.script.pop(0) if self.oauth.script else "ok"
+        if behaviour == "slow":
+            time.sleep(1.0)
+        if behaviour == "drop":
+            return None
+        if behaviour == "500":
+            return Reply(500, {"error": "server_error"})
+        if behaviour == "invalid_grant":
+            return Reply(400, {"error": "invalid_grant",
+                               "error_description": "The refresh token was revoked"})
+        with self._lock:
+            status, answer = self.oauth.token(form)
+        return Reply(status, answer)
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The stand-in's answers, and teams' workflow states, issues' places and apps."""
         query = str(body.get("query", ""))
-        data = (body.get("variables") or {}).get("input") or {}
-        if "agentActivityCreate" in query:
-            return {"data": {"agentActivityCreate": {"success": True, "agentActivity": {"id": data.get("id")}}}}
-        if "commentCreate" in query:
-            return {"data": {"commentCreate": {"success": True, "comment": {"id": data.get("id")}}}}
-        for update in ("issueUpdate", "commentUpdate"):
-            if update in query:
-                return {"data": {update: {"success": True}}}
+        variables = body.get("variables") or {}
+        data = variables.get("input") or {}
         if "WakelineTeamStates" in query:
-            key = (body.get("variables") or {}).get("key")
+            key = variables.get("key")
             team = self.teams.get(str(key))
             return {"data": {"teams": {"nodes": [{"id": team["id"], "key": key, "states": {
                 "nodes": team["states"]}}] if team else []}}}
@@ -270,19 +208,14 @@ class FakeLinear:
                      "type": data["type"]}
             team["states"].append(state)
             return {"data": {"workflowStateCreate": {"success": True, "workflowState": state}}}
-        if "viewer" in query:
-            data = {"viewer": {"id": "app-user-1", "name": "wakeline app"}}
-            if "organization" in query:
-                data["organization"] = {"id": "org-test", "name": "Test workspace"}
-            return {"data": data}
         if "WakelineUser" in query:
-            user_id = str((body.get("variables") or {}).get("id"))
+            user_id = str(variables.get("id"))
             if self.users_failing:
                 return {"data": None, "errors": [{"message": "Internal error",
                                                    "extensions": {"code": "INTERNAL_ERROR"}}]}
             return {"data": {"user": {"id": user_id, "app": user_id in self.apps}}}
         if "issue(id:" in query:
-            issue_id = (body.get("variables") or {}).get("id")
+            issue_id = variables.get("id")
             found = self.issues.get(str(issue_id))
             if found is None:
                 return {"data": None, "errors": [{"message": "Entity not found: Issue",
@@ -292,25 +225,16 @@ class FakeLinear:
                                        "team": {"key": found.get("team", "OPS")},
                                        "state": found.get("state", {"id": "state-todo",
                                                                     "type": "unstarted"})}}}
+        return super().reply(body)
+
+    def unknown(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Empty data for what it does not know (the tests read only what they asked for)."""
         return {"data": {}}
 
-    def updates(self, field: str = "issueUpdate") -> list[Recorded]:
-        with self._lock:
-            return [r for r in self.requests if field in r.query]
-
     def lookups(self) -> list[Recorded]:
-        with self._lock:
-            return [r for r in self.requests if "WakelineIssueOwner" in r.query]
+        """The issue-owner lookups received, in order."""
+        return self.naming("WakelineIssueOwner")
 
     def user_lookups(self) -> list[str]:
         """The user ids asked about (`user(id) { app }`), in order."""
-        with self._lock:
-            return [r.body["variables"]["id"] for r in self.requests if "WakelineUser" in r.query]
-
-    def activities(self) -> list[Recorded]:
-        with self._lock:
-            return [r for r in self.requests if "agentActivityCreate" in r.query]
-
-    def comments(self) -> list[Recorded]:
-        with self._lock:
-            return [r for r in self.requests if "commentCreate" in r.query]
+        return [r.variables["id"] for r in self.naming("WakelineUser")]

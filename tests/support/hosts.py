@@ -1,4 +1,5 @@
-"""`wakeline serve` hosts as child processes, alone or sharing one PostgreSQL database.
+"""`wakeline serve` hosts as child processes (`tests/support/serve.py`), alone or sharing one
+PostgreSQL database.
 
 Used by the multi-host system test and `bench/hosts.py`. Each host has its own state dir
 and free loopback ports; with a `database_url` it runs engine "dbos" on that database as
@@ -9,19 +10,14 @@ the prompts it was given) to `$HOSTS_AGENT_LOG`, sleeps `seconds`, and answers.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from tests.conftest import session_event, signed
-from tests.helpers import free_port, wait_until
+from tests.support.serve import ENG_ROUTE, Served, agent_toml
 
 SECRET = "hosts-webhook-secret-8Kq2Lm"
 AGENT = """\
@@ -47,91 +43,29 @@ def write_agent(path: Path) -> Path:
     return path
 
 
-class Host:
-    """One `wakeline serve`: its own state dir and ports; `database_url` None is SQLite."""
+class Host(Served):
+    """One `wakeline serve` of a cluster: its own state dir and ports under `root/name`;
+    `database_url` None is SQLite. `url` is its webhook endpoint."""
 
     def __init__(self, root: Path, name: str, database_url: str | None, agent: Path, log: Path,
                  *, agent_seconds: float = 0.3, slots: int = 3, host_timeout: int = 30,
                  ingress_threads: int | None = None) -> None:
         self.name = name
-        self.root = root / name
-        self.root.mkdir(parents=True)
-        self.config_path = self.root / "wakeline.toml"
-        self._database_url = database_url
-        self._agent = [sys.executable, str(agent), str(agent_seconds)]
-        self._extra = (f"max_concurrent_turns = {slots}\n", host_timeout, ingress_threads)
-        self._ports()
-        self.env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET,
-                    "HOSTS_AGENT_LOG": str(log), "HOSTS_NAME": name}
-        self.env.pop("WAKELINE_LINEAR_API_KEY", None)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def _ports(self) -> None:
-        """Ports free a moment ago, written into the host's config."""
-        slots, host_timeout, ingress_threads = self._extra
-        self.webhook_port, self.operator_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.webhook_port}/webhooks/linear"
-        scale = (f'[scale]\nengine = "dbos"\ndatabase_url = "{self._database_url}"\n'
-                 f'host_id = "{self.name}"\nhost_timeout_seconds = {host_timeout}\n'
-                 if self._database_url else "")
-        self.config_path.write_text(
-            'state_dir = "state"\n'
-            f'[server]\nwebhook_host = "127.0.0.1"\nwebhook_port = {self.webhook_port}\n'
-            f"operator_port = {self.operator_port}\nthreads = 4\n"
-            + (f"ingress_threads = {ingress_threads}\n" if ingress_threads else "")
-            + f"[agent]\ncommand = {json.dumps(self._agent)}\n{slots}"
-            # Unconfined: the agent's log ($HOSTS_AGENT_LOG) is out of a sandbox's sight.
-            + '[sandbox]\nmode = "none"\n'
-            '[linear]\napi_url = "http://127.0.0.1:9/graphql"\n'
-            + scale + '[[routes]]\nname = "eng"\nteams = ["ENG"]\n')
-
-    def start(self) -> None:
-        """Start it and wait until it answers (new ports if its own were taken meanwhile)."""
-        for _ in range(3):
-            with open(self.root / "serve.log", "ab") as log:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "wakeline", "--config", str(self.config_path), "serve"],
-                    env=self.env, stdout=subprocess.DEVNULL, stderr=log)
-            if wait_until(self.up, timeout=90, message=f"{self.name} is up") == "up":
-                return
-            self._ports()
-        raise AssertionError(f"{self.name} found no free ports")
-
-    def up(self) -> str | None:
-        """"up", "exited" (its ports were taken meanwhile), or None while it starts."""
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            log = (self.root / "serve.log").read_text()
-            if "Address already in use" in log[-300:]:
-                return "exited"
-            raise AssertionError(f"{self.name} exited: {log[-2000:]}")
-        try:
-            ok = requests.get(f"http://127.0.0.1:{self.webhook_port}/healthz", timeout=1).ok
-        except requests.RequestException:
-            return None
-        return "up" if ok else None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        scale = (f'[scale]\nengine = "dbos"\ndatabase_url = "{database_url}"\n'
+                 f'host_id = "{name}"\nhost_timeout_seconds = {host_timeout}\n'
+                 if database_url else "")
+        super().__init__(
+            root / name,
+            agent_toml([sys.executable, str(agent), str(agent_seconds)], max_concurrent_turns=slots)
+            + '[linear]\napi_url = "http://127.0.0.1:9/graphql"\n' + scale + ENG_ROUTE,
+            secret=SECRET, env={"HOSTS_AGENT_LOG": str(log), "HOSTS_NAME": name},
+            unconfined=True,  # the agent logs into $HOSTS_AGENT_LOG
+            server=f"ingress_threads = {ingress_threads}\n" if ingress_threads else "",
+            start_seconds=90)
 
     def status(self) -> dict[str, Any]:
-        token = (self.root / "state" / "operator.token").read_text().strip()
-        return requests.get(f"http://127.0.0.1:{self.operator_port}/v1/status",
-                            headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+        """The operator API's status."""
+        return dict(self.api("GET", "/v1/status").json())
 
 
 def prompt_delivery(i: int, n: int) -> tuple[str, dict[str, Any]]:

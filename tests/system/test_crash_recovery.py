@@ -17,11 +17,8 @@ its sequence unbroken.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -36,74 +33,30 @@ from wakeline.clock import SystemClock
 from wakeline.journal.entries import COMPACT_AT_LINES, Note
 from wakeline.journal.file import JournalFile
 from tests.fakes.linear import FakeLinear
-from tests.helpers import free_port, wait_until
+from tests.helpers import wait_until
+from tests.support.serve import ENG_ROUTE, FAKE_AGENT, Served, agent_toml
 
 pytestmark = pytest.mark.slow
 
-AGENT = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
 SECRET = "crash-test-webhook-secret-5Jd8Qw"
 ISSUES, PER_ISSUE = 10, 10
 OPS_ISSUES, PROJECT = 4, "project-p"
 
 
-class Server:
-    """Starts and kills `wakeline serve` children on fixed ports and one state dir."""
+class Server(Served):
+    """`wakeline serve` with the fake agent, on one state dir; the agent logs to `agent.jsonl`."""
 
     def __init__(self, root: Path, linear_url: str, agent: tuple[str, ...] = ("sleep", "0.15"),
                  routes: str = "") -> None:
-        self.root = root
-        self.webhook_port, self.operator_port = free_port(), free_port()
-        self.config = root / "wakeline.toml"
-        self.config.write_text(
-            f'state_dir = "state"\n'
-            f"[server]\nwebhook_host = \"127.0.0.1\"\nwebhook_port = {self.webhook_port}\n"
-            f"operator_port = {self.operator_port}\nthreads = 4\n"
-            f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), *agent])}\n"
-            f"max_concurrent_turns = 4\n"
-            # Unconfined: the fake agent's log (FAKE_AGENT_LOG) is in root, out of a sandbox's sight.
-            '[sandbox]\nmode = "none"\n'
-            f'[linear]\napi_url = "{linear_url}"\n'
-            + (routes or f'[[routes]]\nname = "eng"\nteams = ["ENG"]\n'
-               f'[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\nprojects = ["{PROJECT}"]\n')
-        )
         self.log = root / "agent.jsonl"
-        self.env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET, "FAKE_AGENT_LOG": str(self.log),
-                    "WAKELINE_LINEAR_API_KEY": LINEAR_KEY}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{self.webhook_port}/webhooks/linear"
-
-    def start(self) -> None:
-        with open(self.root / "serve.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "wakeline", "--config", str(self.config), "serve"],
-                env=self.env, stdout=subprocess.DEVNULL, stderr=log,
-            )
-        wait_until(self._up, timeout=30, message="serve is up")
-
-    def _up(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, "serve exited"
-        return requests.get(f"http://127.0.0.1:{self.webhook_port}/healthz", timeout=1).ok
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
-
-    def send(self, body: dict[str, Any]) -> requests.Response:
-        """One signed delivery."""
-        raw, headers = signed(body, secret=SECRET)
-        return requests.post(self.url, data=raw, headers=headers, timeout=10)
-
-    def api(self, method: str, path: str, **kw: Any) -> Any:
-        """The operator API (its token from the state dir)."""
-        token = (self.root / "state" / "operator.token").read_text().strip()
-        return requests.request(method, f"http://127.0.0.1:{self.operator_port}{path}",
-                                headers={"Authorization": f"Bearer {token}"}, timeout=10, **kw)
+        super().__init__(
+            root,
+            agent_toml([sys.executable, str(FAKE_AGENT), *agent], max_concurrent_turns=4)
+            + f'[linear]\napi_url = "{linear_url}"\n'
+            + (routes or ENG_ROUTE + '[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\n'
+               f'projects = ["{PROJECT}"]\n'),
+            secret=SECRET, unconfined=True,  # the fake agent logs into root
+            env={"FAKE_AGENT_LOG": str(self.log), "WAKELINE_LINEAR_API_KEY": LINEAR_KEY})
 
     def runs(self) -> list[dict[str, Any]]:
         """What the agent recorded, one entry per start."""

@@ -10,18 +10,13 @@ edit, the closing line is not said twice, and a later comment neither posts nor 
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import sqlite3
-import warnings
-import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 with warnings.catch_warnings():
     # discord.py (the `discord` extra, which `make test` installs) imports the deprecated
@@ -30,68 +25,38 @@ with warnings.catch_warnings():
                             category=DeprecationWarning)
     pytest.importorskip("discord")
 
-from tests.conftest import comment_event, issue_event, signed
+from tests.conftest import comment_event, issue_event
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.linear import FakeLinear
-from tests.helpers import free_port, wait_until
+from tests.helpers import wait_until
+from tests.support.serve import FAKE_AGENT, Served, agent_toml
 
 pytestmark = pytest.mark.slow
 
-AGENT = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
 SECRET = "discord-crash-webhook-secret-Qe4w"
 TOKEN = "discord-crash-bot-token-Zr81Ks"
 
 
-class Serve:
-    """`wakeline serve` children on fixed ports and one state dir."""
+class Serve(Served):
+    """`wakeline serve` with a route whose parent channel is on the fake Discord."""
 
     def __init__(self, root: Path, linear: str, discord: FakeDiscord) -> None:
-        self.root = root
-        self.port, operator = free_port(), free_port()
-        self.config = root / "wakeline.toml"
-        self.config.write_text(
-            'state_dir = "state"\n'
-            f'[server]\nwebhook_host = "127.0.0.1"\nwebhook_port = {self.port}\n'
-            f"operator_port = {operator}\nthreads = 4\n"
-            f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), 'ok'])}\n"
-            f'[linear]\napi_url = "{linear}"\n'
+        super().__init__(
+            root,
+            agent_toml([sys.executable, str(FAKE_AGENT), "ok"])
+            + f'[linear]\napi_url = "{linear}"\n'
             f'[discord]\napi_url = "{discord.api_url}"\n'
             f'[[routes]]\nname = "ops"\nteams = ["OPS"]\nmode = "issue"\n'
-            f'discord_channel_id = "{discord.channel_id}"\n')
-        self.env = {**os.environ, "WAKELINE_LINEAR_WEBHOOK_SECRET": SECRET,
-                    "WAKELINE_DISCORD_TOKEN": TOKEN}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with open(self.root / "serve.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "wakeline", "--config", str(self.config), "serve"],
-                env=self.env, stdout=subprocess.DEVNULL, stderr=log)
-        wait_until(self._up, timeout=30, message="serve is up")
-
-    def _up(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, "serve exited"
-        return requests.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).ok
+            f'discord_channel_id = "{discord.channel_id}"\n',
+            secret=SECRET, env={"WAKELINE_DISCORD_TOKEN": TOKEN})
 
     def deliver(self, body: dict[str, Any]) -> dict[str, Any]:
-        raw, headers = signed(body, secret=SECRET)
-        resp = requests.post(f"http://127.0.0.1:{self.port}/webhooks/linear", data=raw,
-                             headers=headers, timeout=10)
+        resp = self.send(body)
         assert resp.status_code == 200, resp.text
         return dict(resp.json())
 
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-
     def binding(self) -> tuple[Any, ...] | None:
-        db = sqlite3.connect(self.root / "state" / "wakeline.db", timeout=5)
+        db = sqlite3.connect(self.database, timeout=5)
         try:
             return db.execute("SELECT thread_id, archived, locked FROM control_bindings") \
                 .fetchone()

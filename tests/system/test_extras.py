@@ -4,7 +4,6 @@ wakeline's default install and none of the extras (`tests/support/bare_venv.py`)
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,19 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.bare_venv import require_bare
+from tests.support.serve import Served
 
 pytestmark = pytest.mark.slow
 
 # Today's failures ran on: a wrong `serve` would keep serving, so it is stopped after this long.
 SERVE_SECONDS = 30.0
-BASE = '''state_dir = "state"
-[server]
-webhook_host = "127.0.0.1"
-webhook_port = 0
-operator_port = 0
-[linear]
-api_url = "http://127.0.0.1:9/graphql"
-'''
+LINEAR = '[linear]\napi_url = "http://127.0.0.1:9/graphql"\n'
 
 
 @dataclass(frozen=True)
@@ -61,34 +54,31 @@ def bare_bin() -> Path:
     return require_bare()
 
 
-def _setup(case: Case, tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    config = tmp_path / "wakeline.toml"
-    config.write_text(BASE + case.toml, encoding="utf-8")
+def _setup(case: Case, tmp_path: Path, bare_bin: Path) -> Served:
+    """The config and files of `case`, run by the bare venv's `wakeline`, without a webhook
+    secret: the environment has only the case's variables."""
     for name, text in case.files:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         path.chmod(0o600)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WAKELINE_")}
-    env.update(case.env)
-    return config, env
+    return Served(tmp_path, LINEAR + case.toml, secret=None, env=dict(case.env),
+                  argv=[str(bare_bin / "wakeline")])
 
 
-def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _run(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=SERVE_SECONDS, check=False)
+        return served.cli(*args, timeout=SERVE_SECONDS)
     except subprocess.TimeoutExpired as exc:  # run() killed it: it was serving
-        pytest.fail(f"{' '.join(argv[1:])} was still running after {SERVE_SECONDS:.0f}s; "
+        pytest.fail(f"{' '.join(args)} was still running after {SERVE_SECONDS:.0f}s; "
                     f"stderr: {exc.stderr!r}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_serve_refuses_a_part_whose_extra_is_missing_and_doctor_says_the_same(
         case: Case, bare_bin: Path, tmp_path: Path) -> None:
-    config, env = _setup(case, tmp_path)
-    wakeline = [str(bare_bin / "wakeline"), "--config", str(config)]
-    done = _run([*wakeline, "serve"], env, tmp_path)
+    served = _setup(case, tmp_path, bare_bin)
+    done = _run(served, "serve")
     message = (f"wakeline: config error: {case.key}: {case.part} is configured but its extra "
                "is not installed")
     install = f"pip install 'wakeline[{case.extra}]'"
@@ -101,7 +91,7 @@ def test_serve_refuses_a_part_whose_extra_is_missing_and_doctor_says_the_same(
         assert secret.strip() not in done.stderr + done.stdout
 
     said = done.stderr.strip().removeprefix("wakeline: config error: ")
-    doctor = _run([*wakeline, "doctor"], env, tmp_path)
+    doctor = _run(served, "doctor")
     assert doctor.returncode == 3, doctor.stdout + doctor.stderr  # no service: local checks
     assert f"✗ {case.extra} extra: {said}\n" in doctor.stdout, doctor.stdout
     assert f"    fix: {install} into the environment" in doctor.stdout
@@ -109,8 +99,8 @@ def test_serve_refuses_a_part_whose_extra_is_missing_and_doctor_says_the_same(
 
 def test_several_missing_parts_are_named_at_once(bare_bin: Path, tmp_path: Path) -> None:
     discord, dbos = CASES[1], CASES[3]
-    config, env = _setup(Case("both", dbos.toml, "", "", "", env=discord.env), tmp_path)
-    done = _run([str(bare_bin / "wakeline"), "--config", str(config), "serve"], env, tmp_path)
+    served = _setup(Case("both", dbos.toml, "", "", "", env=discord.env), tmp_path, bare_bin)
+    done = _run(served, "serve")
     assert done.returncode == 2
     assert "config error: WAKELINE_DISCORD_TOKEN: Discord is configured" in done.stderr
     assert "; scale.engine: DBOS is configured" in done.stderr

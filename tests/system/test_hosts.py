@@ -43,8 +43,6 @@ def test_three_hosts_lose_double_and_reorder_nothing_when_one_is_killed(
     log = tmp_path / "runs.jsonl"
     hosts = [Host(tmp_path, f"host-{n}", url, agent, log, agent_seconds=AGENT_SECONDS,
                   host_timeout=HOST_TIMEOUT) for n in (1, 2, 3)]
-    for host in hosts:
-        host.start()
     victim = hosts[0]
     rng = random.Random(25)
     work = [(i, n) for n in range(PER_ISSUE) for i in range(ISSUES)]
@@ -73,6 +71,8 @@ def test_three_hosts_lose_double_and_reorder_nothing_when_one_is_killed(
                 time.sleep(0.05)
 
     try:
+        for host in hosts:
+            host.start()
         for count, (i, n) in enumerate(work):
             deliver(i, n)
             if count == len(work) // 2:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import comment_event, signed
-from tests.system.test_serve import WEBHOOK_SECRET, Served, start_serve  # noqa: F401 - a fixture
+from tests.support.serve import Served
+from tests.system.test_serve import WEBHOOK_SECRET, start_serve  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 

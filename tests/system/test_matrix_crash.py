@@ -12,11 +12,8 @@ service's log nor the journal.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -27,8 +24,9 @@ import pytest
 
 pytest.register_assert_rewrite("tests.support.synapse", "tests.support.matrix")
 
-from tests.helpers import free_port, wait_until  # noqa: E402
+from tests.helpers import wait_until  # noqa: E402
 from tests.support.matrix import World, make_world  # noqa: E402
+from tests.support.serve import FAKE_AGENT, Served, agent_toml  # noqa: E402
 from tests.support.synapse import Homeserver  # noqa: E402
 
 pytest.importorskip("nio", reason="matrix-nio is not installed: pip install 'wakeline[matrix]'")
@@ -36,57 +34,34 @@ pytest.importorskip("nio", reason="matrix-nio is not installed: pip install 'wak
 pytestmark = pytest.mark.slow
 pytest_plugins = ["tests.support.synapse"]
 
-AGENT = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
 MESSAGES = 60
 
 
-class Serve:
-    """`wakeline serve` children on one config and state dir."""
+class Serve(Served):
+    """`wakeline serve` syncing the world's plain room, on one config and state dir."""
 
     def __init__(self, root: Path, world: World) -> None:
-        self.root = root
-        self.operator_port = free_port()
-        self.webhook_port = free_port()
-        self.config = root / "wakeline.toml"
-        self.config.write_text(
-            'state_dir = "state"\n'
-            f'[server]\nwebhook_host = "127.0.0.1"\nwebhook_port = {self.webhook_port}\n'
-            f"operator_port = {self.operator_port}\nthreads = 4\n"
-            f"[agent]\ncommand = {json.dumps([sys.executable, str(AGENT), 'sleep', '0.1'])}\n"
-            # Unconfined: the fake agent's log (FAKE_AGENT_LOG) is in root, out of a sandbox's sight.
-            '[sandbox]\nmode = "none"\n'
-            '[linear]\napi_url = "http://127.0.0.1:9/graphql"\n'
+        self.log = root / "agent.jsonl"
+        super().__init__(
+            root,
+            agent_toml([sys.executable, str(FAKE_AGENT), "sleep", "0.1"])
+            + '[linear]\napi_url = "http://127.0.0.1:9/graphql"\n'
             f'[matrix.connections.me]\nhomeserver = "{world.server.url}"\n'
             f'user_id = "{world.me.user_id}"\naccess_token_file = "{world.token_file}"\n'
             "sync_timeout_seconds = 5.0\nretry_max_seconds = 1.0\n"
-            f'[[matrix.routes]]\nname = "alice"\nconnection = "me"\nroom_id = "{world.plain}"\n')
-        self.log = root / "agent.jsonl"
-        self.env = {**os.environ, "FAKE_AGENT_LOG": str(self.log),
-                    "WAKELINE_LINEAR_WEBHOOK_SECRET": "matrix-crash-test-secret"}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.db_path = root / "state" / "wakeline.db"
+            f'[[matrix.routes]]\nname = "alice"\nconnection = "me"\nroom_id = "{world.plain}"\n',
+            secret="matrix-crash-test-secret", env={"FAKE_AGENT_LOG": str(self.log)},
+            unconfined=True)  # the fake agent logs into root
 
-    def start(self) -> None:
-        with open(self.root / "serve.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "wakeline", "--config", str(self.config), "serve"],
-                env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+    def start(self) -> Served:
+        super().start()
         wait_until(lambda: self.cursor() is not None, 60, message="the connection synced")
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
+        return self
 
     def query(self, sql: str) -> list[Any]:
-        if not self.db_path.exists():
+        if not self.database.exists():
             return []
-        db = sqlite3.connect(self.db_path, timeout=5)
+        db = sqlite3.connect(self.database, timeout=5)
         try:
             return db.execute(sql).fetchall()
         except sqlite3.OperationalError:
@@ -100,7 +75,7 @@ class Serve:
         return rows[0][0] if rows else None
 
     def receipts(self) -> int:
-        return self.query("SELECT COUNT(*) FROM receipts")[0][0] if self.db_path.exists() else 0
+        return self.query("SELECT COUNT(*) FROM receipts")[0][0] if self.database.exists() else 0
 
     def runs(self) -> list[dict[str, Any]]:
         if not self.log.exists():

@@ -6,75 +6,21 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
 from tests.conftest import comment_event, issue_event, session_event, signed
-from tests.helpers import batch_scheduling_allowed, free_port, wait_until
+from tests.helpers import batch_scheduling_allowed, wait_until
+from tests.support.serve import ENG_ROUTE, FAKE_AGENT, Served, agent_toml
 
 pytestmark = pytest.mark.slow
 
 # Deliberately unlike the unit tests' secret, so a leak cannot be confused with a fixture.
 WEBHOOK_SECRET = "sys-webhook-secret-Zq7Xv2Lm9Pw4Rt8Ks1"
-START_SECONDS = 30.0
-STOP_SECONDS = 15.0
-
-
-@dataclass
-class Served:
-    """One `wakeline serve` child and how to reach it."""
-
-    proc: subprocess.Popen[bytes]
-    config: Path
-    env: dict[str, str]
-    ingress_url: str
-    operator_url: str
-    stdout: Path
-    stderr: Path
-
-    @property
-    def operator_token(self) -> str:
-        return (self.config.parent / "state" / "operator.token").read_text().strip()
-
-    @property
-    def database(self) -> Path:
-        return self.config.parent / "state" / "wakeline.db"
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run `python -m wakeline --config ... ARGS` in its own process."""
-        return subprocess.run(
-            [sys.executable, "-m", "wakeline", "--config", str(self.config), *args],
-            env=self.env, capture_output=True, text=True, timeout=60, check=False,
-        )
-
-    def post(self, raw: bytes, headers: dict[str, str]) -> requests.Response:
-        return requests.post(self.ingress_url + "/webhooks/linear", data=raw, headers=headers,
-                             timeout=30)
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        """Signal the child and wait (with a deadline) for its exit code."""
-        self.proc.send_signal(signum)
-        return self.proc.wait(timeout=STOP_SECONDS)
-
-    def output(self) -> str:
-        return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")
-
-
-def _up(served: Served) -> str | None:
-    if served.proc.poll() is not None:
-        return "exited"
-    try:
-        ok = all(requests.get(url + "/healthz", timeout=1).ok
-                 for url in (served.ingress_url, served.operator_url))
-    except requests.RequestException:
-        return None
-    return "up" if ok else None
 
 
 @pytest.fixture
@@ -83,46 +29,16 @@ def start_serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     children: list[Served] = []
 
     def start(extra_config: str = "", extra_env: dict[str, str] | None = None,
-              server_extra: str = "") -> Served:
-        ingress_port, operator_port = free_port(), free_port()
-        config = tmp_path / "wakeline.toml"
-        config.write_text(
-            'state_dir = "state"\n'
-            'log_level = "DEBUG"\n'
-            "[server]\n"
-            'webhook_host = "127.0.0.1"\n'
-            f"webhook_port = {ingress_port}\n"
-            'operator_host = "127.0.0.1"\n'
-            f"operator_port = {operator_port}\n"
-            "threads = 4\n" + server_extra +
-            "[[routes]]\n"
-            'name = "eng"\n'
-            'teams = ["ENG"]\n' + extra_config,
-            encoding="utf-8",
-        )
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("WAKELINE_CONFIG", "WAKELINE_API_URL", "WAKELINE_TOKEN",
-                            "WAKELINE_LINEAR_API_KEY")}  # no key: the local backend
-        env.update(WAKELINE_LINEAR_WEBHOOK_SECRET=WEBHOOK_SECRET, PYTHONUNBUFFERED="1", **(extra_env or {}))
-        stdout = tmp_path / f"serve-{len(children)}.out"
-        stderr = tmp_path / f"serve-{len(children)}.err"
-        with stdout.open("wb") as out, stderr.open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "wakeline", "--config", str(config), "serve"],
-                env=env, stdout=out, stderr=err, cwd=tmp_path,
-            )
-        served = Served(proc, config, env, f"http://127.0.0.1:{ingress_port}",
-                        f"http://127.0.0.1:{operator_port}", stdout, stderr)
+              server_extra: str = "", unconfined: bool = False) -> Served:
+        served = Served(tmp_path, ENG_ROUTE + extra_config, secret=WEBHOOK_SECRET,
+                        env=extra_env, log_level="DEBUG", server=server_extra,
+                        unconfined=unconfined)
         children.append(served)
-        state = wait_until(lambda: _up(served), START_SECONDS, message="wakeline serve listening")
-        assert state == "up", served.output()
-        return served
+        return served.start()
 
     yield start
     for served in children:
-        if served.proc.poll() is None:
-            served.proc.kill()
-            served.proc.wait(timeout=STOP_SECONDS)
+        served.close()
 
 
 def test_status_json_and_human_status_against_a_running_server(
@@ -256,12 +172,10 @@ def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable
     agents never do, and are scheduled normally."""
     allowed = os.sched_getaffinity(0)
     runs = tmp_path / "agent-runs.jsonl"
-    agent = Path(__file__).resolve().parents[1] / "fakes" / "agent.py"
-    # Unconfined: the fake agent's log (FAKE_AGENT_LOG) is in tmp_path, out of a sandbox's sight.
-    served = start_serve(f"[agent]\ncommand = {json.dumps([sys.executable, str(agent), 'ok'])}\n"
-                         '[sandbox]\nmode = "none"\n',
+    served = start_serve(agent_toml([sys.executable, str(FAKE_AGENT), "ok"]),
                          {"FAKE_AGENT_LOG": str(runs)},
-                         server_extra="" if single_cpu else "single_cpu = false\n")
+                         server_extra="" if single_cpu else "single_cpu = false\n",
+                         unconfined=True)  # the fake agent logs into tmp_path
     raw, headers = signed(session_event(session_id="s-cpu"), secret=WEBHOOK_SECRET)
     assert served.post(raw, headers).json()["outcome"] == "accepted"
     wait_until(lambda: runs.exists() and runs.read_text().strip(), 30, message="the agent ran")
@@ -285,18 +199,8 @@ def test_the_service_runs_on_one_cpu_and_its_agents_on_all(start_serve: Callable
 def test_serve_never_runs_turns_unconfined_when_the_sandbox_is_required(tmp_path: Path) -> None:
     """`sandbox.mode = "required"` with a bwrap that cannot run: exit 2 naming `sandbox.bwrap`
     and the fix, before anything is created (CONTRACT section 12); `doctor` fails the item."""
-    config = tmp_path / "wakeline.toml"
-    config.write_text('state_dir = "state"\n[server]\nwebhook_host = "127.0.0.1"\n'
-                      f"webhook_port = {free_port()}\noperator_port = {free_port()}\n"
-                      '[sandbox]\nmode = "required"\nbwrap = "/nonexistent/bwrap"\n',
-                      encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WAKELINE_")}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "wakeline", "--config", str(config), *args],
-                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                              check=False)
-
+    run = Served(tmp_path, '[sandbox]\nmode = "required"\nbwrap = "/nonexistent/bwrap"\n',
+                 secret=None).cli
     served = run("serve")
     assert served.returncode == 2, served.stderr
     assert "config error: sandbox.bwrap:" in served.stderr
@@ -305,3 +209,12 @@ def test_serve_never_runs_turns_unconfined_when_the_sandbox_is_required(tmp_path
     doctor = run("doctor", "--json")
     item = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "sandbox")
     assert item["ok"] is False and "not found" in item["detail"] and "bubblewrap" in item["fix"]
+
+
+def test_a_serve_that_cannot_start_fails_with_its_output_and_leaves_no_child(
+        tmp_path: Path) -> None:
+    """The harness itself: a child that exits at start-up fails the test, saying why."""
+    served = Served(tmp_path, '[sandbox]\nmode = "required"\nbwrap = "/nonexistent/bwrap"\n')
+    with pytest.raises(AssertionError, match=r"exited 2: .*sandbox\.bwrap"):
+        served.start()
+    assert not served.alive() and served.stop() == 2

@@ -26,10 +26,10 @@ from pydantic import SecretStr
 from wakeline.app import build_service, prepare_state
 from wakeline.clock import to_ms
 from wakeline.config import load_config
-from wakeline.demo.stand_in import StandInLinear
 from wakeline.models.views import list_conversations
 from wakeline.commands.net import http_session
 from wakeline.providers.linear.signature import sign
+from wakeline.testing.linear import StandInLinear
 
 SETTLE_SECONDS = 45.0
 THINK_SECONDS = 1.5  # the demo agent's pause: long enough for a follow-up to land mid-turn
@@ -100,7 +100,8 @@ class _Run:
     def __init__(self, root: Path, progress: Callable[[str], None]) -> None:
         self.root = root
         self.progress = progress
-        self.stand_in = StandInLinear().start()
+        self.stand_in = StandInLinear(viewer={"id": "demo-app-user", "name": "wakeline (demo)"},
+                                      organization={"id": "demo-org", "name": "Demo workspace"}).start()
         config_path = root / "wakeline.toml"
         config_path.write_text(_config_text(self.stand_in.url, 0, 0), encoding="utf-8")
         config = load_config(config_path, required=True)
