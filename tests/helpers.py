@@ -89,7 +89,7 @@ def kept_journal(service: Any) -> str:
     table's rows when hosts share the database (engine "dbos")."""
     from wakeline.journal.file import JournalFile
 
-    if isinstance(service.journal_file, JournalFile):
+    if isinstance(service.journal.entries, JournalFile):
         directory = service.config.journal_path
         return "".join(p.read_text() for p in directory.iterdir() if p.is_file()) \
             if directory.is_dir() else ""

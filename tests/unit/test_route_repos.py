@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from falcon import testing
 
 from tests.conftest import OPERATOR_TOKEN
-from wakeline.app import check_routes, workspaces_of
+from wakeline.app import check_routes
 from wakeline.cli import cli
 from wakeline.config import Config
 from wakeline.errors import ConfigError
@@ -27,7 +27,7 @@ def route(repo: str, **extra: Any) -> list[dict[str, Any]]:
 
 def test_a_good_repo_passes(make_config: Callable[..., Config], repo: Path) -> None:
     config = make_config(routes=route(str(repo), default_branch="main"))
-    check_routes(config, workspaces_of(config))
+    check_routes(config)
 
 
 @pytest.mark.parametrize(("where", "branch", "reason"), [
@@ -41,7 +41,7 @@ def test_a_bad_repo_names_the_key_and_the_reason(make_config: Callable[..., Conf
     (tmp_path / "plain").mkdir()
     config = make_config(routes=route(str(tmp_path / where), default_branch=branch))
     with pytest.raises(ConfigError) as caught:
-        check_routes(config, workspaces_of(config))
+        check_routes(config)
     assert caught.value.key == "routes.0.repo" and reason in caught.value.reason
 
 

@@ -401,7 +401,7 @@ class ConversationActor(pykka.ThreadingActor):
             "WAKELINE_CONVERSATION_ID": turn.conversation_id,
             "WAKELINE_SESSION_ID": turn.session_id,
             "WAKELINE_TURN_ID": turn.turn_id,
-            "WAKELINE_API_URL": env.api_url(),
+            "WAKELINE_API_URL": env.api_url,
             "WAKELINE_TOKEN": token,
             "WAKELINE_ISSUE_ID": turn.issue_id or "",
             "WAKELINE_ISSUE_IDENTIFIER": turn.issue_identifier or "",

@@ -28,21 +28,30 @@ import pykka
 
 from wakeline.clock import Clock, to_ms
 from wakeline.errors import (
-    BudgetExhausted, LinearAuthUnavailable, PossiblyDispatched, ProviderRejected,
-    RequiresConnectedLinear, WakelineError,
+    BudgetExhausted,
+    LinearAuthUnavailable,
+    PossiblyDispatched,
+    ProviderRejected,
+    RequiresConnectedLinear,
+    WakelineError,
 )
 from wakeline.models.conversations import OwnershipCheck
 from wakeline.models.outbox import EffectKind, EffectState, PendingEffect
 from wakeline.models.store import Store
-from wakeline.providers.linear.client import LinearClient
 from wakeline.providers.linear.account import VIEWER_QUERY, record_account, recorded_account
+from wakeline.providers.linear.client import LinearClient
+from wakeline.providers.linear.lookups import (
+    GONE,
+    OWNER_QUERY,
+    IssueOwner,
+    LookupCache,
+    is_not_found,
+    parse_owner,
+)
 from wakeline.providers.linear.people import USER_QUERY, Kind, People, parse_user
 from wakeline.providers.linear.progress import Item, ProgressBoard
 from wakeline.providers.linear.workflow import RETRY_SECONDS as PLANNING_RETRY_SECONDS
 from wakeline.providers.linear.workflow import WorkflowRegistry, set_up
-from wakeline.providers.linear.lookups import (
-    GONE, OWNER_QUERY, IssueOwner, LookupCache, is_not_found, parse_owner,
-)
 
 log = logging.getLogger(__name__)
 

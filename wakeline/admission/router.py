@@ -24,11 +24,24 @@ from functools import partial
 from wakeline.admission import planning
 from wakeline.config import Config, RouteConfig
 from wakeline.models.envelopes import (
-    AgentSession, DataChange, InboundDelivery, IssueInfo, Subject, parse_envelope,
+    AgentSession,
+    DataChange,
+    InboundDelivery,
+    IssueInfo,
+    Subject,
+    parse_envelope,
 )
 from wakeline.models.people import HeldForPerson
-from wakeline.models.plans import OPEN, AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
-from wakeline.models.states import Ownership, Outcome, TerminalOutcome
+from wakeline.models.plans import (
+    OPEN,
+    AdmissionPlan,
+    ConversationFacts,
+    Decision,
+    Move,
+    NewConversation,
+    Terminal,
+)
+from wakeline.models.states import Outcome, Ownership, TerminalOutcome
 from wakeline.providers.linear import replies
 from wakeline.providers.linear.people import People
 from wakeline.providers.linear.workflow import WorkflowRegistry
@@ -64,6 +77,13 @@ class Router:
         """The first issue route that serves the team and the project (or every project)."""
         return next((r for r in self._issue_routes_of(team_key)
                      if not r.projects or project_id in r.projects), None)
+
+    def owner_of(self, team_key: str | None, project_id: str | None
+                 ) -> tuple[str, bool] | None:
+        """The name of the route that owns an issue of this team and project, and whether
+        its turns are public (tainted); None when no route does."""
+        route = self.owner(team_key, project_id)
+        return (route.name, route.trust == "public") if route is not None else None
 
     def _issue_routes_of(self, team_key: str | None) -> list[RouteConfig]:
         return [r for r in self._config.routes if _routes_issues(r) and team_key in r.teams]

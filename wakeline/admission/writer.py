@@ -16,8 +16,8 @@ import threading
 from typing import Callable
 
 from wakeline.errors import Unavailable
-from wakeline.models.store import AdmissionResult, Store
 from wakeline.models.plans import AdmissionPlan
+from wakeline.models.store import AdmissionResult, Store
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from pydantic import SecretStr
 
 from wakeline.app import build_service, prepare_state
 from wakeline.clock import to_ms
+from wakeline.commands.net import http_session
 from wakeline.config import load_config
 from wakeline.models.views import list_conversations
-from wakeline.commands.net import http_session
 from wakeline.providers.linear.signature import sign
 from wakeline.testing.linear import StandInLinear
 

@@ -12,16 +12,16 @@ import logging
 
 import falcon
 
+from wakeline.admission.router import Router
 from wakeline.admission.writer import AdmissionWriter
 from wakeline.clock import Clock, to_ms
 from wakeline.config import Config
 from wakeline.errors import SignatureInvalid, TooLarge, WakelineError
 from wakeline.http import errors
 from wakeline.http.health import Health
-from wakeline.service.metrics import Metrics
 from wakeline.models.states import Outcome
 from wakeline.providers.linear.adapter import LinearWebhooks
-from wakeline.admission.router import Router
+from wakeline.service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -4,37 +4,52 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import falcon
+import pykka
 
 from wakeline import __version__
 from wakeline.clock import Clock, iso
 from wakeline.config import Config
 from wakeline.errors import BadRequest
 from wakeline.http import (
-    conversations, doctor, effects, errors, install, journal as journal_routes, linear,
-    matrix as matrix_routes, progress,
+    conversations,
+    doctor,
+    effects,
+    errors,
+    install,
+    linear,
+    progress,
+)
+from wakeline.http import (
+    journal as journal_routes,
+)
+from wakeline.http import (
+    matrix as matrix_routes,
 )
 from wakeline.http.auth import BearerAuth, lanes
-from wakeline.http.params import int_param, json_body
 from wakeline.http.health import Health
+from wakeline.http.params import int_param, json_body
 from wakeline.models.inbox import DEFAULT_LIMIT, MAX_LIMIT, Inbox
-from wakeline.service.metrics import Metrics
 from wakeline.models.store import Store
+from wakeline.providers.linear.doctor import linear_checks
+from wakeline.service.checks import service_checks
+from wakeline.service.metrics import Metrics
+from wakeline.service.parts import Check
 from wakeline.turns.tokens import Lane, TokenRegistry
 
 if TYPE_CHECKING:
-    from wakeline.turns.progress import TurnProgress
     from wakeline.journal.entries import JournalStore
-    from wakeline.providers.linear.client import RequestBudget
-    from wakeline.providers.linear.credentials import Credential
-    from wakeline.providers.linear.install import Installer
-    from wakeline.providers.linear.workflow import WorkflowRegistry
+    from wakeline.providers.linear.part import LinearPart
     from wakeline.providers.matrix.part import MatrixRoutes
+    from wakeline.sandbox.part import Sandbox
     from wakeline.scheduling.base import HostView
     from wakeline.secrets import Secrets
+    from wakeline.turns.env import SettledSignal
+    from wakeline.turns.progress import TurnProgress
 
 log = logging.getLogger(__name__)
 
@@ -42,24 +57,19 @@ log = logging.getLogger(__name__)
 class Status:
     """`GET /v1/status`."""
 
-    def __init__(self, store: Store, inbox: Inbox, clock: Clock, live_actors: Callable[[], int],
-                 credential: Credential | None = None, matrix: MatrixRoutes | None = None,
-                 hosts: Callable[[], list[HostView]] | None = None,
-                 sandbox: Callable[[], dict[str, Any]] | None = None) -> None:
+    def __init__(self, store: Store, inbox: Inbox, clock: Clock, parts: OperatorParts) -> None:
         self._store = store
-        self._sandbox = sandbox
-        self._hosts = hosts
         self._inbox = inbox
         self._clock = clock
         self._started = clock.monotonic()
-        self._live_actors = live_actors
-        self._credential = credential
-        self._matrix = matrix
+        self._parts = parts
 
     @falcon.before(lanes(Lane.OPERATOR))
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Version, uptime, following and the counters."""
         counts = self._store.counts()
+        parts = self._parts
+        credential = parts.linear.credential if parts.linear is not None else None
         resp.media = {
             "version": __version__,
             "uptimeSeconds": round(self._clock.monotonic() - self._started, 3),
@@ -76,18 +86,18 @@ class Status:
             "fifo": {"pending": counts.fifo_pending, "claimed": counts.fifo_claimed,
                      "held": counts.fifo_held},
             "inbox": {"unread": counts.inbox_unread},
-            "liveActors": self._live_actors(),
+            "liveActors": len(pykka.ActorRegistry.get_all()),
             "threads": threading.active_count(),
-            "linear": self._credential.state().to_json() if self._credential is not None else
+            "linear": credential.state().to_json() if credential is not None else
             {"ok": False, "state": "none", "kind": "none",
              "detail": "no Linear credential: the local backend (nothing is written to Linear)"},
         }
-        if self._matrix is not None:
-            resp.media["matrix"] = self._matrix.status()
-        if self._hosts is not None:
-            resp.media["hosts"] = hosts_json(self._hosts)
-        if self._sandbox is not None:
-            resp.media["sandbox"] = self._sandbox()
+        if parts.matrix is not None:
+            resp.media["matrix"] = parts.matrix.status()
+        if parts.hosts is not None:
+            resp.media["hosts"] = hosts_json(parts.hosts)
+        if parts.sandbox is not None:
+            resp.media["sandbox"] = parts.sandbox.status()
 
 
 def hosts_json(hosts: Callable[[], list[HostView]]) -> list[dict[str, Any]]:
@@ -174,48 +184,51 @@ class MetricsPage:
         resp.data = self._metrics.render()
 
 
-def create_operator_app(
-    config: Config,
-    store: Store,
-    inbox: Inbox,
-    tokens: TokenRegistry,
-    clock: Clock,
-    metrics: Metrics,
-    supervisor: Any = None,
-    *,
-    live_actors: Callable[[], int] = lambda: 0,
-    tracker: Any = None,
-    settled: Any = None,
-    secrets: Secrets | None = None,
-    budget: RequestBudget | None = None,
-    echo_memory: Any = None,
-    journal: JournalStore | None = None,
-    credential: Credential | None = None,
-    installer: Installer | None = None,
-    live_turns: Mapping[str, TurnProgress] | None = None,
-    workflow: WorkflowRegistry | None = None,
-    matrix: MatrixRoutes | None = None,
-    extra_checks: Sequence[Callable[[], list[dict[str, Any]]]] = (),
-    hosts: Callable[[], list[HostView]] | None = None,
-    sandbox: Callable[[], dict[str, Any]] | None = None,
-) -> falcon.App:
-    """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
+@dataclass(frozen=True)
+class OperatorParts:
+    """What the running service's parts give the operator API. Each may be absent (a test
+    of one route, a service without Linear): its routes then answer 503, or say so."""
+
+    supervisor: Any = None  # stop, reset, retry, abandon a conversation
+    live_turns: Mapping[str, TurnProgress] | None = None  # the turns' progress, by turn id
+    settled: SettledSignal | None = None  # wakes a `linear comment` waiting for its write
+    linear: LinearPart | None = None
+    echo_memory: Any = None  # releases what an effect of unknown outcome held
+    journal: JournalStore | None = None
+    matrix: MatrixRoutes | None = None
+    hosts: Callable[[], list[HostView]] | None = None  # hosts sharing the work (engine "dbos")
+    sandbox: Sandbox | None = None
+    checks: Callable[[], list[Check]] | None = None  # every doctor item of the service
+
+
+def create_operator_app(config: Config, store: Store, inbox: Inbox, tokens: TokenRegistry,
+                        clock: Clock, metrics: Metrics, parts: OperatorParts = OperatorParts(),
+                        secrets: Secrets | None = None) -> falcon.App:
+    """The operator WSGI app; without Linear's part, the Linear routes answer 503."""
+    linear_part = parts.linear
+    tracker = linear_part.tracker if linear_part is not None else None
+    credential = linear_part.credential if linear_part is not None else None
     app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))
-    app.add_route("/v1/status", Status(store, inbox, clock, live_actors, credential, matrix, hosts,
-                                       sandbox))
+    app.add_route("/v1/status", Status(store, inbox, clock, parts))
     app.add_route("/v1/following", Following(inbox))
     app.add_route("/v1/inbox", InboxPage(inbox))
     app.add_route("/v1/inbox/ack", InboxAck(inbox))
-    conversations.add_routes(app, store, supervisor)
-    linear.add_routes(app, store, clock, tracker, settled, credential)
-    install.add_routes(app, installer)
-    progress.add_routes(app, live_turns)
-    effects.add_routes(app, store, echo_memory)
-    doctor.add_routes(app, config, store, secrets, budget, credential, workflow, extra_checks)
-    journal_routes.add_routes(app, journal)
-    matrix_routes.add_routes(app, matrix)
-    return app
+    conversations.add_routes(app, store, parts.supervisor)
+    linear.add_routes(app, store, clock, tracker, parts.settled, credential)
+    install.add_routes(app, linear_part.installer if linear_part is not None else None)
+    progress.add_routes(app, parts.live_turns)
+    effects.add_routes(app, store, parts.echo_memory)
 
+    def checks() -> list[Check]:
+        if parts.checks is not None:
+            return parts.checks()
+        return service_checks(config, store, secrets) + linear_checks(config, store, None, None)[1]
+
+    doctor.add_routes(app, checks, lambda: linear_part.doctor()[0] if linear_part is not None
+                      else linear_checks(config, store, None, None)[0])
+    journal_routes.add_routes(app, parts.journal)
+    matrix_routes.add_routes(app, parts.matrix)
+    return app

@@ -16,14 +16,20 @@ from urllib.parse import urlsplit
 import falcon
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from wakeline.turns.progress import Option, TurnProgress
 from wakeline.agents.streams import (
-    LinkFound, PlanStep, PlanUpdate, ProgressEvent, SessionStarted, Thought, ToolFinished,
+    LinkFound,
+    PlanStep,
+    PlanUpdate,
+    ProgressEvent,
+    SessionStarted,
+    Thought,
+    ToolFinished,
     ToolStarted,
 )
 from wakeline.errors import BadRequest, InvalidProgress, NoTurn
 from wakeline.http.auth import lanes
 from wakeline.http.params import json_body
+from wakeline.turns.progress import Option, TurnProgress
 from wakeline.turns.tokens import Grant, Lane
 
 TEXT_MAX = 20_000

@@ -49,10 +49,13 @@ class _UnixServer(UnixWSGIServer):
 
 
 class Listener:
-    """One waitress server on its own loop thread.
+    """One waitress server on its own loop thread; a part of the service (`service.parts`).
+
+    The socket is bound when the listener is made, so its `url` is known before the app
+    that needs it is built; `mount` gives it that app before `start`.
 
     Args:
-        app: the WSGI app.
+        app: the WSGI app (or None, mounted later).
         host, port: where to listen; port 0 picks a free port (see `port`).
         threads: request threads.
         max_body_bytes: bodies larger than this get 413 before they are read.
@@ -91,6 +94,19 @@ class Listener:
         self._thread = threading.Thread(target=self._server.run, name=f"{name}-loop", daemon=True)
         self.name = name
         self._stopped = False
+
+    def mount(self, app: Any) -> None:
+        """Serve `app` (before `start`)."""
+        self._server.application = app
+        if self._unix is not None:
+            self._unix.application = app
+
+    def tick(self, count: int) -> None:
+        """Nothing periodic: waitress's loop thread does the work."""
+
+    def checks(self) -> list[Any]:
+        """No doctor items of its own: that it answers is the check."""
+        return []
 
     @property
     def host(self) -> str:

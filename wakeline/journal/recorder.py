@@ -27,10 +27,28 @@ from wakeline.models.envelopes import (
     InboundDelivery,
     MatrixMessage,
 )
+from wakeline.models.schema import INBOX_CONVERSATION_ID
+from wakeline.models.states import Outcome
 from wakeline.providers.linear.people import Kind, People
 
 log = logging.getLogger(__name__)
 
+_ARRIVED = (Outcome.ACCEPTED, Outcome.IGNORED)
+
+# What an admission's lifecycle and ownership events read as, their detail filled in.
+LIFECYCLE_TEXT = {
+    "terminal": "The issue was closed: the conversation ends {}.",
+    "reopened": "The issue was reopened{}.",
+    "owned": "The issue moved into the route's projects ({}): its events wake the agent again.",
+    "not_owned": "The issue moved out of the route's projects ({}): its events no longer wake "
+                 "the agent.",
+    "plan_requested": "A person asked for a plan: a planning turn (read-only) runs{}.",
+    "plan_revision_requested": "A comment on the waiting plan: the agent plans again{}.",
+    "plan_withdrawn": "The issue went back to Ready for Planning: every approval is withdrawn{}.",
+    "approved": "The plan was approved ({}): the execution lease is taken and the agent starts.",
+    "approval_refused": "An approval was refused: {}.",
+    "refused": "Not acted on: {}.",
+}
 # How an outbound write's outcome reads: an unanswered write is uncertain, never done.
 OUTBOUND_STAGES = {"confirmed": "confirmed", "rejected": "rejected",
                    "outcome_unknown": "uncertain", "released": "not sent"}
@@ -88,6 +106,25 @@ class Recorder:
             sender=self._who(actor), to=conversation_id,
             text=f"{said} ({note})" if note else said, issue_keys=(key,) if key else (),
             thread=url if url and url.startswith("https://") else None, stage=stage))
+
+    def admitted(self, admitted: list[tuple[Any, Any]]) -> None:
+        """A group of deliveries is durable: each arrival that joined (or, on a planning
+        route, was only recorded), and each lifecycle change it made."""
+        for plan, result in admitted:
+            delivery = plan.delivery
+            env = delivery.envelope
+            if result.joined:
+                self.inbound(delivery, result.joined, plan.received_ms)
+            elif isinstance(env, ControlMessage) and result.outcome in _ARRIVED:
+                # A thread's command, or a message of a closed issue: still an arrival.
+                self.inbound(delivery, env.conversation_id, plan.received_ms)
+            elif result.note:  # a planning route's delivery outside its workflow
+                self.inbound(delivery, result.conversation_id or INBOX_CONVERSATION_ID,
+                             plan.received_ms, stage="recorded", note=result.note)
+            key = env.issue.identifier if env is not None and env.issue else None
+            for event, detail in result.events:
+                self.lifecycle(result.conversation_id, event, LIFECYCLE_TEXT[event].format(detail),
+                               source=delivery.delivery_id, issue_key=key)
 
     def matrix_inbound(self, message: MatrixMessage, conversation_id: str, received_ms: int,
                        *, woke: bool) -> None:
@@ -201,6 +238,15 @@ class Recorder:
                         sender="wakeline", to=conversation_id, text=text,
                         issue_keys=(issue_key,) if issue_key else (), thread=conversation_id,
                         stage=event))
+
+    def turn_lifecycle(self, conversation_id: str, event: str, text: str) -> None:
+        """A lifecycle event of the turns' side (a reset, an abandon, a plan posted)."""
+        self.lifecycle(conversation_id, event, text, source=f"{conversation_id}:{self._now()}")
+
+    def proxy_refused(self, conversation_id: str, issue_key: str | None, text: str,
+                      source: str) -> None:
+        """A confined turn's request the allow-list proxy refused (once per turn and host)."""
+        self.lifecycle(conversation_id, "proxy_refused", text, source=source, issue_key=issue_key)
 
     def linear_auth(self, condition: str, text: str) -> None:
         """Whether a Linear token works changed (refused, not installed, working again)."""

@@ -41,9 +41,22 @@ from wakeline.models.fifo import Fifo
 from wakeline.models.outbox import EffectSpec, Outbox
 from wakeline.models.people import PeopleRecords
 from wakeline.models.plan_gate import PlanGates
-from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision, Move, NewConversation, Terminal
+from wakeline.models.plans import (
+    AdmissionPlan,
+    ConversationFacts,
+    Decision,
+    Move,
+    NewConversation,
+    Terminal,
+)
 from wakeline.models.schema import INBOX_CONVERSATION_ID, INBOX_LOCK
-from wakeline.models.states import ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind
+from wakeline.models.states import (
+    ConversationKind,
+    DeliveryState,
+    Outcome,
+    Ownership,
+    TurnResultKind,
+)
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,22 @@ from typing import Any, Callable, Iterable, Sequence
 from peewee import Case, Database, fn
 
 from wakeline.models.dialect import dialect_of
-from wakeline.models.envelopes import (AgentSession, ControlMessage, DataChange, MatrixMessage,
-                                       parse_envelope)
+from wakeline.models.envelopes import (
+    AgentSession,
+    ControlMessage,
+    DataChange,
+    MatrixMessage,
+    parse_envelope,
+)
 from wakeline.models.outbox import UNSETTLED_OF, EffectSpec, Outbox, SessionReply
 from wakeline.models.schema import INBOX_CONVERSATION_ID
-from wakeline.models.states import ConversationKind, DeliveryState, Ownership, TurnResultKind, TurnState
+from wakeline.models.states import (
+    ConversationKind,
+    DeliveryState,
+    Ownership,
+    TurnResultKind,
+    TurnState,
+)
 from wakeline.models.tables import Tables
 
 BATCH_MAX_DELIVERIES = 50

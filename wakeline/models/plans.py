@@ -15,7 +15,7 @@ from typing import Callable
 
 from wakeline.models.envelopes import InboundDelivery
 from wakeline.models.outbox import EffectSpec, SessionReply
-from wakeline.models.states import Ownership, Outcome, TerminalOutcome
+from wakeline.models.states import Outcome, Ownership, TerminalOutcome
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from peewee import Database
 from wakeline.clock import iso
 from wakeline.models.dialect import dialect_of
 from wakeline.models.echoes import EVIDENCE_KEPT_MS
+from wakeline.service.parts import Check
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ class Retention:
 
     # --- doctor ------------------------------------------------------------------------------
 
-    def checks(self) -> list[dict[str, Any]]:
+    def checks(self) -> list[Check]:
         """`doctor`'s view: the windows, the last pass and the store's size on disk."""
         detail = f"keep_days {self.keep_ms / DAY_MS:g}, dedupe_hours {self.dedupe_ms / HOUR_MS:g}"
         last = self.last
@@ -246,7 +247,7 @@ class Retention:
         except Exception:  # noqa: BLE001 - the size is a courtesy
             log.debug("store size unavailable", exc_info=True)
         if last is not None and (last.stopped or "").startswith("failed"):
-            return [{"name": "store_retention", "ok": False, "detail": detail,
-                     "fix": "see the log's \"pruning the store failed\"; the next pass (in a "
-                            "minute) tries again"}]
-        return [{"name": "store_retention", "ok": True, "detail": detail}]
+            return [Check("store_retention", False, detail,
+                          "see the log's \"pruning the store failed\"; the next pass (in a "
+                          "minute) tries again")]
+        return [Check("store_retention", True, detail)]

@@ -24,7 +24,11 @@ from peewee import Database
 
 from wakeline.models.envelopes import MatrixMessage, Subject, dump_envelope
 from wakeline.models.states import (
-    ConversationKind, DeliveryState, Outcome, Ownership, TurnResultKind,
+    ConversationKind,
+    DeliveryState,
+    Outcome,
+    Ownership,
+    TurnResultKind,
 )
 
 MATRIX_NAMESPACE = "matrix:{connection}"

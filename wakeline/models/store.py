@@ -25,11 +25,11 @@ from wakeline.models.conversations import ConversationRecords
 from wakeline.models.db import open_database
 from wakeline.models.dialect import dialect_of
 from wakeline.models.echoes import Echoes
-from wakeline.models.plan_gate import PlanGates
 from wakeline.models.fifo import Fifo
 from wakeline.models.inbox_store import InboxStore
 from wakeline.models.outbox import Outbox
 from wakeline.models.people import PeopleRecords
+from wakeline.models.plan_gate import PlanGates
 from wakeline.models.plans import AdmissionPlan
 from wakeline.models.rooms import RoomAdmissions
 from wakeline.models.states import DeliveryState, Ownership, TerminalOutcome, TurnState
@@ -185,6 +185,12 @@ class Store:
                 fifo_held=by_state.get(DeliveryState.HELD.value, 0),
                 inbox_unread=self.inbox.unread_count(),
             )
+
+    def depths(self) -> dict[str, int]:
+        """The queues `/metrics` shows: FIFO pending and claimed, the inbox's unread."""
+        counts = self.counts()
+        return {"fifo_pending": counts.fifo_pending, "fifo_claimed": counts.fifo_claimed,
+                "inbox_unread": counts.inbox_unread}
 
     def conversation_exists(self, conversation_id: str) -> bool:
         """True when the conversation id is known."""

@@ -8,8 +8,8 @@ from typing import Any
 from peewee import fn
 
 from wakeline.clock import iso
-from wakeline.models.states import ConversationState, DeliveryState, Ownership, TurnState
 from wakeline.models.plan_gate import Gate, Phase
+from wakeline.models.states import ConversationState, DeliveryState, Ownership, TurnState
 from wakeline.models.store import Store
 
 FIFO_SHOWN = 200

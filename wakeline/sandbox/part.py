@@ -34,6 +34,7 @@ from wakeline.sandbox.probe import Probe
 from wakeline.sandbox.proxy import AllowProxy, ProxyTurn
 from wakeline.sandbox.tools import tool_paths
 from wakeline.service.checks import sandbox_check
+from wakeline.service.parts import BasePart, Check
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,10 @@ class Confined:
             self._closing.pop()()
 
 
-class Sandbox:
-    """Confinement for every turn, as `[sandbox]` and the routes say."""
+class Sandbox(BasePart):
+    """Confinement for every turn, as `[sandbox]` and the routes say: a part of the service."""
+
+    name = "sandbox"
 
     def __init__(self, config: Config, probe: Probe,
                  on_refused: Callable[[str, str | None, str, str], None] = lambda *a: None
@@ -295,9 +298,9 @@ class Sandbox:
         return (f"bubblewrap cannot run here ({self.probe.detail}): turns run unconfined and "
                 "public routes' turns are refused")
 
-    def checks(self) -> list[dict[str, object]]:
+    def checks(self) -> list[Check]:
         """The doctor's `sandbox` item (as the running service's doctor lists it)."""
-        return [sandbox_check(self.config, self.probe).to_json()]
+        return [sandbox_check(self.config, self.probe)]
 
 
 def require_sandbox(config: Config, found: Probe) -> None:

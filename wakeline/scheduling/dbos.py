@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable
 
 from wakeline.scheduling.base import HostView
 from wakeline.scheduling.roles import Roles
+from wakeline.service.parts import Check
 
 log = logging.getLogger(__name__)
 
@@ -322,28 +323,26 @@ class DbosScheduler:
             rows = conn.execute(_HOSTS, (int(self.settings.host_timeout_seconds * 1000),)).fetchall()
         return [HostView(r[0], int(r[1]), bool(r[2]), int(r[3]), int(r[4])) for r in rows]
 
-    def checks(self) -> list[dict[str, Any]]:
+    def checks(self) -> list[Check]:
         """The doctor's items: the hosts sharing the work, and their clocks against the
         database's (a skew past `MAX_SKEW_MS` fails: hosts order turns by the database's
         clock, but logs, journal times and token expiry use their own)."""
         try:
             hosts = self.hosts()
         except Exception as exc:  # noqa: BLE001 - the doctor reports, never raises
-            return [{"name": "hosts", "ok": False,
-                     "detail": f"cannot read wakeline_hosts ({exc.__class__.__name__})",
-                     "fix": "check scale.database_url and that PostgreSQL is up"}]
+            return [Check("hosts", False, f"cannot read wakeline_hosts ({exc.__class__.__name__})",
+                          "check scale.database_url and that PostgreSQL is up")]
         alive = [h for h in hosts if h.alive]
         dead = [h.id for h in hosts if not h.alive]
-        items = [{"name": "hosts", "ok": bool(alive),
-                  "detail": f"{len(alive)} of {len(hosts)} alive (this one: {self.host_id})"
-                  + (f"; not alive: {', '.join(dead)}" if dead else "")}]
         skewed = [f"{h.id} {h.skew_ms:+d} ms" for h in alive if abs(h.skew_ms) > MAX_SKEW_MS]
-        items.append({"name": "clock_skew", "ok": not skewed,
-                      "detail": "clocks within %d ms of the database's" % MAX_SKEW_MS if not skewed
-                      else "off the database's clock: " + ", ".join(skewed)})
-        if skewed:
-            items[-1]["fix"] = "run NTP (systemd-timesyncd, chrony) on every host"
-        return items
+        return [
+            Check("hosts", bool(alive), f"{len(alive)} of {len(hosts)} alive (this one: "
+                  f"{self.host_id})" + (f"; not alive: {', '.join(dead)}" if dead else "")),
+            Check("clock_skew", not skewed,
+                  "clocks within %d ms of the database's" % MAX_SKEW_MS if not skewed
+                  else "off the database's clock: " + ", ".join(skewed),
+                  "run NTP (systemd-timesyncd, chrony) on every host" if skewed else None),
+        ]
 
     def _connect(self) -> Any:
         import psycopg

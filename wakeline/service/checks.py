@@ -16,13 +16,18 @@ import shutil
 import socket
 import stat
 import sys
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Mapping
+
+from pydantic import SecretStr
 
 from wakeline.config import Config
-from wakeline.service.parts import Check
-from wakeline.service.extras import Finder, discord_token_key, wanted
+from wakeline.models.health import check_store
+from wakeline.models.store import Store
 from wakeline.sandbox.probe import Probe, probe_for
-from wakeline.secrets import DISCORD_TOKEN_ENV
+from wakeline.secrets import DISCORD_TOKEN_ENV, Secrets, read_secret_file
+from wakeline.service.extras import Finder, discord_token_key, wanted
+from wakeline.service.parts import Check
 from wakeline.turns.workspaces import Workspaces
 
 TEAM_KEY = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
@@ -180,6 +185,83 @@ def sandbox_check(config: Config, probe: Probe) -> Check:
     what = ("serve refuses to start" if mode == "required" else
             "turns run unconfined and public routes' turns are refused")
     return Check("sandbox", False, f"sandbox.bwrap: {probe.detail}; {what}", probe.fix)
+
+
+def service_checks(config: Config, store: Store, secrets: Secrets | None) -> list[Check]:
+    """What the running service checks of itself, beside its parts' items: the config, the
+    state dir, the store, the secrets' sources and modes, routes, commands, disk, extras."""
+    checks = [Check("config", True, f"loaded; paths are relative to {config.base_dir}")]
+    state = config.state_path
+    if state.is_dir():
+        mode = stat.S_IMODE(state.stat().st_mode)
+        checks.append(Check("state_dir", not mode & 0o077, f"{state} (mode {mode:04o})"
+                            + (", should be 0700" if mode & 0o077 else "")))
+    else:
+        checks.append(Check("state_dir", False, f"{state} does not exist"))
+    health = check_store(store)
+    checks.append(Check("store", health.ok,
+                        f"{store.location}: schema {health.schema_version} "
+                        f"(expected {health.expected_version}), quick check {health.quick_check}"))
+    discord_key = discord_key_of(config, secrets)
+    return [*checks, *secret_checks(config, secrets, discord_key), *route_checks(config),
+            *command_checks(config), disk_check(config), *extras_checks(config, discord_key)]
+
+
+def secret_checks(config: Config, secrets: Secrets | None, discord_key: str | None
+                  ) -> list[Check]:
+    """Where each secret came from and, for a file, that only its owner can read it."""
+    s, linear = secrets, config.linear
+    checks = [
+        _secret("webhook_secret", s.webhook_secret if s else None,
+                config.path(linear.webhook_secret_file), required=True,
+                missing="missing: every delivery is refused (run `wakeline init`)"),
+        _secret("linear_api_key", s.linear_api_key if s else None,
+                config.path(linear.api_key_file), required=False,
+                missing="not set: the local backend (no writes to Linear)"
+                if not linear.client_id else "not set (the app's token is used)"),
+        _secret("operator_token", s.operator_token if s else None, config.operator_token_path,
+                required=True, missing="missing"),
+        *discord_checks(config, discord_key)[:1],
+    ]
+    if linear.client_id:
+        checks.append(_secret(
+            "linear_client_secret", s.client_secret if s else None,
+            config.path(linear.client_secret_file), required=True,
+            missing="missing: the app's token cannot be installed or renewed (put the client "
+                    "secret in linear.client_secret_file, then restart)"))
+    return checks
+
+
+def _secret(name: str, value: SecretStr | None, path: Path, *, required: bool,
+            missing: str) -> Check:
+    """Where a secret came from and, for a file, whether only its owner can read it."""
+    if value is None:
+        return Check(name, not required, missing)
+    try:
+        on_disk = read_secret_file(path)
+    except OSError:
+        on_disk = None
+    if on_disk is None or on_disk.get_secret_value() != value.get_secret_value():
+        return Check(name, True, "env")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return Check(name, False, f"{path}: mode {mode:04o}, should be 0600 (chmod 600 {path})")
+    return Check(name, True, f"{path} (mode {mode:04o})")
+
+
+def discord_key_of(config: Config, secrets: Secrets | None) -> str | None:
+    """Where the service's Discord bot token came from: `$WAKELINE_DISCORD_TOKEN` unless
+    the file holds the same; None without a token."""
+    token = secrets.discord_token if secrets is not None else None
+    if token is None:
+        return None
+    try:
+        on_disk = read_secret_file(config.path(config.discord.token_file))
+    except OSError:
+        on_disk = None
+    if on_disk is None or on_disk.get_secret_value() != token.get_secret_value():
+        return DISCORD_TOKEN_ENV
+    return "discord.token_file"
 
 
 def local_checks(config: Config, environ: Mapping[str, str] | None = None) -> list[Check]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -102,6 +102,11 @@ class Metrics:
     def turn(self, result: str) -> None:
         """Record one ended turn or failed attempt."""
         self.turns.labels(result=result).inc()
+
+    def watch_turns(self, events: Any) -> None:
+        """Count every ended turn by its result, and every failed attempt (`Events`)."""
+        events.turn_finished.subscribe(lambda finished: self.turn(finished.result.value))
+        events.turn_failed.subscribe(lambda turn, error, stalled: self.turn("failed"))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (queue depths read now)."""

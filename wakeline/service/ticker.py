@@ -1,7 +1,9 @@
-"""A thread that calls one function at a fixed real-time interval until stopped.
+"""A thread that beats at a fixed real-time interval until stopped.
 
-The interval is real time (how often to look); what the callee decides uses
-the injected clock, so tests move time and wait for the next look.
+Each beat calls one function with the count of beats so far, so that a part can pace its
+periodic work (every beat, every fourth, once a minute). The interval is real time (how
+often to look); what the callee decides uses the injected clock, so tests move time and
+wait for the next look.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ log = logging.getLogger(__name__)
 
 
 class Ticker:
-    """Calls `fn` every `interval` seconds on a named daemon thread."""
+    """Calls `fn(count)` every `interval` seconds on a named daemon thread."""
 
-    def __init__(self, fn: Callable[[], object], interval: float, name: str = "ticker") -> None:
+    def __init__(self, fn: Callable[[int], object], interval: float, name: str = "ticker") -> None:
         self._fn = fn
         self._interval = interval
         self._stop = threading.Event()
@@ -33,8 +35,10 @@ class Ticker:
             self._thread.join(5)
 
     def _run(self) -> None:
+        count = 0
         while not self._stop.wait(self._interval):
+            count += 1
             try:
-                self._fn()
+                self._fn(count)
             except Exception:
                 log.exception("tick failed")

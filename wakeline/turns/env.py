@@ -86,7 +86,7 @@ class TurnEnv:
     config: Config
     tokens: TokenRegistry
     secret_values: list[str]
-    api_url: Callable[[], str]
+    api_url: str  # the operator API, as a turn's agent reaches it
     base_env: Mapping[str, str]
     workspaces: Workspaces
     forkserver: ForkServer  # starts every agent: the service never forks itself

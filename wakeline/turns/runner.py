@@ -34,9 +34,9 @@ from typing import BinaryIO, Callable, Iterator, Mapping
 
 from wakeline.agents.streams import ProgressEvent, StreamAnswer, StreamReader
 from wakeline.errors import WakelineError
-from wakeline.turns.forkserver import ForkServer, SpawnedChild, SpawnFailed
 from wakeline.sandbox.part import Confined
 from wakeline.secrets import write_private
+from wakeline.turns.forkserver import ForkServer, SpawnedChild, SpawnFailed
 
 log = logging.getLogger(__name__)
 

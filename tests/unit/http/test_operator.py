@@ -254,7 +254,7 @@ def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock:
     """With an engine's hosts: each one's id, last heartbeat, liveness and running turns; a
     dead host stays listed as not alive. `wakeline status` prints them."""
     from wakeline.commands.operate import status_text
-    from wakeline.http.operator import create_operator_app
+    from wakeline.http.operator import OperatorParts, create_operator_app
     from wakeline.models.inbox import Inbox
     from wakeline.service.metrics import Metrics
     from wakeline.scheduling.base import HostView
@@ -264,7 +264,7 @@ def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock:
             HostView("host-2", 1_796_000_005_000, True, 3, -40)]
     client = testing.TestClient(
         create_operator_app(config, store, Inbox(store), TokenRegistry(OPERATOR_TOKEN), clock,
-                            Metrics(), hosts=lambda: seen),
+                            Metrics(), OperatorParts(hosts=lambda: seen)),
         headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
     data = client.simulate_get("/v1/status").json
     assert data["hosts"] == [
@@ -283,6 +283,6 @@ def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock:
 
     broken = testing.TestClient(
         create_operator_app(config, store, Inbox(store), TokenRegistry(OPERATOR_TOKEN), clock,
-                            Metrics(), hosts=unreadable),
+                            Metrics(), OperatorParts(hosts=unreadable)),
         headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
     assert broken.simulate_get("/v1/status").json["hosts"] == []  # the rest still answers

@@ -264,11 +264,11 @@ def test_doctor_shows_the_windows_and_the_last_pass(store: Store) -> None:
     store.admit([other(T0) for _ in range(4)])
     keeper = retention(store)
     [before] = keeper.checks()
-    assert before["ok"] and "keep_days 1, dedupe_hours 24; no pass yet" in before["detail"]
+    assert before.ok and "keep_days 1, dedupe_hours 24; no pass yet" in before.detail
     keeper.run(T0 + 2 * DAY_MS)
     [after] = keeper.checks()
-    assert after["ok"] and "4 rows (receipts 4)" in after["detail"]
-    assert "MB on disk" in after["detail"]
+    assert after.ok and "4 rows (receipts 4)" in after.detail
+    assert "MB on disk" in after.detail
 
 
 @pytest.mark.skipif(on_postgres(), reason="the fault is a SQLite trigger")
@@ -282,6 +282,6 @@ def test_a_failed_pass_deletes_nothing_more_and_doctor_says_so(store: Store) -> 
     assert report.stopped is not None and report.stopped.startswith("failed")
     assert len(rows(store, "receipts")) == 4
     [check] = keeper.checks()
-    assert not check["ok"] and "pruning the store failed" in check["fix"]
+    assert not check.ok and check.fix and "pruning the store failed" in check.fix
     store.db.execute_sql("DROP TRIGGER refuse")
-    assert keeper.run(T0 + 2 * DAY_MS).rows["receipts"] == 4 and keeper.checks()[0]["ok"]
+    assert keeper.run(T0 + 2 * DAY_MS).rows["receipts"] == 4 and keeper.checks()[0].ok

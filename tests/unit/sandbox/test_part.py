@@ -51,7 +51,7 @@ def test_auto_without_bubblewrap_refuses_public_turns_and_notes_the_others(tmp_p
 def test_none_never_confines_and_required_never_starts_without_it(tmp_path: Path) -> None:
     none = Sandbox(config(tmp_path, "none"), WORKS)
     assert none.decide(none.config.routes[0], public=True).label == "unconfined"
-    assert none.checks()[0]["ok"] is True and "unconfined" in str(none.checks()[0]["detail"])
+    assert none.checks()[0].ok is True and "unconfined" in none.checks()[0].detail
     with pytest.raises(ConfigError) as info:
         Sandbox(config(tmp_path, "required"), BROKEN)
     assert info.value.key == "sandbox.bwrap"

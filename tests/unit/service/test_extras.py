@@ -12,7 +12,7 @@ import pytest
 from falcon import testing
 from pydantic import SecretStr
 
-from wakeline.app import discord_service
+from wakeline.app import discord_part
 from wakeline.service.checks import extras_checks, local_checks
 from wakeline.clock import SystemClock
 from wakeline.config import Config, parse_config
@@ -139,8 +139,8 @@ def test_serve_logs_the_discord_channels_that_have_no_token(
                                        "discord_channel_id": "1"}]}, tmp_path)
     nothing: Any = None
     with caplog.at_level(logging.WARNING, logger="wakeline.app"):
-        assert discord_service(config, secrets, nothing, nothing, nothing, nothing,
-                               nothing) is None
+        assert discord_part(config, secrets, nothing, nothing, nothing, nothing, nothing,
+                            nothing, nothing) is None
     [record] = caplog.records
     assert "no bot token is set: Discord is off" in record.getMessage()
     assert record.keys == ["routes.0.discord_channel_id"]  # type: ignore[attr-defined]

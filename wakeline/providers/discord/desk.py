@@ -24,10 +24,17 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from wakeline.config import DiscordConfig
-from wakeline.errors import BodyChanged, Conflict, DiscordError, DiscordRejected, NotFound, ThreadGone
+from wakeline.errors import (
+    BodyChanged,
+    Conflict,
+    DiscordError,
+    DiscordRejected,
+    NotFound,
+    ThreadGone,
+)
 from wakeline.models.approvals import Approval, Approvals, ApprovalStatus
 from wakeline.models.bindings import Binding, Bindings
 from wakeline.providers.discord import buttons, texts
@@ -50,6 +57,8 @@ class Decider(Protocol):
 
     def decide(self, approval_id: str, approve: bool, who: str, *,
                body_sha256: str | None = None) -> tuple[Approval, bool]: ...
+
+    def watch(self, watcher: Callable[[Approval], None]) -> None: ...
 
 
 @dataclass(frozen=True)

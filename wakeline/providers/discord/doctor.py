@@ -12,10 +12,10 @@ from __future__ import annotations
 import stat
 from typing import Any
 
-from wakeline.service.parts import Check
 from wakeline.config import Config
 from wakeline.errors import DiscordError, DiscordRejected, DiscordUnauthorized
 from wakeline.providers.discord.rest import DiscordRest
+from wakeline.service.parts import Check
 
 ADMINISTRATOR = 1 << 3
 # What a control thread needs on its parent channel, in Discord's own words.

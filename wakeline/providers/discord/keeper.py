@@ -83,7 +83,8 @@ class Keeper:
     secret_values: list[str]
     operate: Callable[[str, str], dict[str, Any]] = lambda cid, op: {}
     status: Callable[[str], dict[str, Any] | None] = lambda cid: None
-    journal: Callable[[str, str, str, str], None] = lambda cid, event, text, source: None
+    # (conversation id, event, text, source=...): a thread's lifecycle for the journal
+    journal: Callable[..., None] = lambda cid, event, text, source: None
     desk: Desk | None = None
 
     def channel_of(self, route: str | None) -> str | None:
@@ -325,7 +326,8 @@ class Keeper:
         return kind + secrets.token_hex(10)
 
     def _journal(self, target: ControlTarget, event: str, text: str, thread_id: str) -> None:
-        self.journal(target.conversation_id, event, text, f"{PROVIDER}:{thread_id}:{self._now()}")
+        self.journal(target.conversation_id, event, text,
+                     source=f"{PROVIDER}:{thread_id}:{self._now()}")
 
 
 def _is_room(target: ControlTarget) -> bool:

@@ -13,7 +13,12 @@ import logging
 from collections import deque
 from typing import Callable, Sequence
 
-from wakeline.errors import DiscordError, DiscordRateLimited, DiscordUnauthorized, DiscordUnavailable
+from wakeline.errors import (
+    DiscordError,
+    DiscordRateLimited,
+    DiscordUnauthorized,
+    DiscordUnavailable,
+)
 from wakeline.providers.discord.keeper import Job
 
 log = logging.getLogger(__name__)

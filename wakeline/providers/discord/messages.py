@@ -21,7 +21,11 @@ from typing import Any
 
 from wakeline.models.bindings import ControlTarget
 from wakeline.models.envelopes import (
-    Attachment, ControlMessage, InboundDelivery, IssueInfo, Subject,
+    Attachment,
+    ControlMessage,
+    InboundDelivery,
+    IssueInfo,
+    Subject,
 )
 from wakeline.models.plans import AdmissionPlan, ConversationFacts, Decision
 from wakeline.models.states import Outcome

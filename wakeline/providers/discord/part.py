@@ -28,6 +28,9 @@ from wakeline.providers.discord.doctor import channel_checks, gateway_check
 from wakeline.providers.discord.keeper import Keeper
 from wakeline.providers.discord.messages import ThreadMessage
 from wakeline.providers.discord.rest import DiscordRest
+from wakeline.scheduling.roles import Roles
+from wakeline.service.events import Events
+from wakeline.service.parts import Check
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +89,15 @@ class GatewaySink:
         _tell(self._control.gateway_failed, reason)
 
 
+GATEWAY_ROLE = "discord-gateway"
+
+
 class DiscordService:
-    """The control actor, its REST client and its Gateway thread.
+    """The control actor, its REST client and its Gateway thread: a part (`service.parts`).
+
+    The Gateway runs where the `discord-gateway` role is held (one host at a time); so do
+    the control's sweeps (terminal intent, answers owed). It listens to admissions and to
+    the turns' ends, and to the conversations a Matrix page joined.
 
     Args:
         admit: commits a plan through the admission writer (blocks until durable).
@@ -98,13 +108,17 @@ class DiscordService:
             without Matrix.
     """
 
+    name = "discord"
+
     def __init__(self, config: Config, token: str, secret_values: list[str], store: Store,
                  clock: Clock, *, admit: Callable[[AdmissionPlan], AdmissionResult],
                  operate: Callable[[str, str], dict[str, Any]],
                  status: Callable[[str], dict[str, Any] | None],
-                 journal: Callable[[str, str, str, str], None],
-                 tuning: DiscordTuning | None = None, approvals: Decider | None = None) -> None:
+                 journal: Callable[..., None],
+                 tuning: DiscordTuning | None = None, approvals: Decider | None = None,
+                 roles: Roles | None = None, events: Events | None = None) -> None:
         self._config = config
+        self._roles = roles
         self._token = token
         self._tuning = tuning or DiscordTuning()
         self.rest = DiscordRest(config.discord.api_url, token, secret_values,
@@ -117,8 +131,24 @@ class DiscordService:
                                             backoff_seconds=self._tuning.backoff_seconds).proxy()
         self.sink = GatewaySink(self.control)
         self._gateway: Any = None
+        if events is not None:
+            events.admitted.subscribe(lambda admitted: self.admitted([r for _, r in admitted]))
+            events.joined.subscribe(self.joined)
+            events.turn_finished.subscribe(self.turn_finished)
+            events.turn_failed.subscribe(self.turn_failed)
+            events.lifecycle.subscribe(self.lifecycle)
+        if approvals is not None:
+            approvals.watch(self.approval_changed)  # Matrix sends, shown and decided
+        if roles is not None:
+            roles.add(GATEWAY_ROLE, self.start_gateway, self.stop_gateway)
 
     def start(self) -> None:
+        """The Gateway starts with the `discord-gateway` role (the engine's start takes it);
+        without roles, at once."""
+        if self._roles is None:
+            self.start_gateway()
+
+    def start_gateway(self) -> None:
         """Start the Gateway thread; it connects on its own, retrying while Discord is away."""
         from wakeline.providers.discord.gateway import Gateway  # discord.py: only with a token
 
@@ -179,11 +209,13 @@ class DiscordService:
         """The supervisor's reset and abandon."""
         _tell(self.control.lifecycle, conversation_id, event)
 
-    def tick(self) -> None:
-        """The ticker's beat: due retries, and now and then the terminal sweep."""
-        _tell(self.control.tick)
+    def tick(self, count: int) -> None:
+        """Every beat where the role is held: due retries, and now and then the terminal
+        sweep."""
+        if self._roles is None or self._roles.held(GATEWAY_ROLE):
+            _tell(self.control.tick)
 
-    def checks(self) -> list[dict[str, Any]]:
+    def checks(self) -> list[Check]:
         """The doctor's Discord items (asks Discord, through the control's workers)."""
         items = [gateway_check(self.sink.state)]
         try:
@@ -194,10 +226,9 @@ class DiscordService:
             items += future.result(timeout=DOCTOR_TIMEOUT_SECONDS)
         except Exception as exc:
             log.warning("discord checks did not finish", extra={"error": exc.__class__.__name__})
-            return [c.to_json() for c in items] + [
-                {"name": "discord_api", "ok": False, "detail": "the checks did not finish",
-                 "fix": "try again; see the log"}]
-        return [c.to_json() for c in items]
+            items.append(Check("discord_api", False, "the checks did not finish",
+                               "try again; see the log"))
+        return items
 
 
 def _tell(method: Any, *args: Any) -> None:

@@ -18,10 +18,14 @@ from typing import Any, Callable
 
 import requests
 
-from wakeline.errors import (
-    DiscordRateLimited, DiscordRejected, DiscordUnauthorized, DiscordUnavailable, ThreadGone,
-)
 from wakeline.commands.net import http_session
+from wakeline.errors import (
+    DiscordRateLimited,
+    DiscordRejected,
+    DiscordUnauthorized,
+    DiscordUnavailable,
+    ThreadGone,
+)
 from wakeline.providers.discord.limits import RateLimits, Route, retry_after_of
 from wakeline.secrets import redact
 

@@ -22,7 +22,10 @@ import requests
 from wakeline.clock import Clock
 from wakeline.commands.net import http_session
 from wakeline.errors import (
-    BudgetExhausted, LinearAuthUnavailable, PossiblyDispatched, ProviderRejected,
+    BudgetExhausted,
+    LinearAuthUnavailable,
+    PossiblyDispatched,
+    ProviderRejected,
 )
 from wakeline.providers.linear.credentials import Credential
 from wakeline.secrets import redact

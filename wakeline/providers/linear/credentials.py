@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Callable, Literal, Protocol
 from wakeline.clock import Clock, iso, to_ms
 from wakeline.errors import LinearAuthUnavailable
 from wakeline.providers.linear.oauth import (
-    Grant, TokenEndpoint, TokenEndpointUnavailable, TokenRefused,
+    Grant,
+    TokenEndpoint,
+    TokenEndpointUnavailable,
+    TokenRefused,
 )
 from wakeline.providers.linear.renewal import BackgroundRenewal, RetryBackoff
 from wakeline.providers.linear.token_file import StoredTokens, TokenFile, TokenFileInvalid

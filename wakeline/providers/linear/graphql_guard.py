@@ -14,16 +14,29 @@ than guessed.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 from graphql import GraphQLError, Visitor, parse, print_ast, visit
 from graphql.language import (
-    DocumentNode, FieldNode, FragmentDefinitionNode, FragmentSpreadNode, InlineFragmentNode,
-    IntValueNode, ListValueNode, NameNode, ObjectFieldNode, ObjectValueNode, OperationDefinitionNode,
-    OperationType, SelectionSetNode, StringValueNode, ValueNode, VariableNode,
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    InlineFragmentNode,
+    IntValueNode,
+    ListValueNode,
+    NameNode,
+    ObjectFieldNode,
+    ObjectValueNode,
+    OperationDefinitionNode,
+    OperationType,
+    SelectionSetNode,
+    StringValueNode,
+    ValueNode,
+    VariableNode,
 )
 
 from wakeline.errors import InvalidQuery, TargetUnnameable

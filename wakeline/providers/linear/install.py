@@ -26,7 +26,11 @@ from wakeline.providers.linear.account import record_account
 from wakeline.providers.linear.client import LinearClient
 from wakeline.providers.linear.credentials import AppCredential
 from wakeline.providers.linear.oauth import (
-    Grant, TokenEndpoint, TokenEndpointUnavailable, TokenRefused, authorize_url,
+    Grant,
+    TokenEndpoint,
+    TokenEndpointUnavailable,
+    TokenRefused,
+    authorize_url,
 )
 from wakeline.secrets import new_token
 
@@ -64,7 +68,7 @@ class Installer:
 
     def __init__(self, credential: AppCredential, endpoint: TokenEndpoint | None,
                  client: LinearClient, store: Store, clock: Clock, client_id: str,
-                 default_redirect_uri: Callable[[], str],
+                 default_redirect_uri: str,
                  on_installed: Callable[[Installed], None] = lambda installed: None) -> None:
         self._credential = credential
         self._endpoint = endpoint
@@ -88,7 +92,7 @@ class Installer:
         self._need_secret()
         state = new_token(24)
         now = to_ms(self._clock.now())
-        redirect = redirect_uri or self._default_redirect()
+        redirect = redirect_uri or self._default_redirect
         with self._lock:
             pending = self._pending(now)
             pending[_digest(state)] = {"redirectUri": redirect, "expiresAt": now + INSTALL_WINDOW_MS,
@@ -130,7 +134,7 @@ class Installer:
                     [(state, entry)] = pending.items()
                     redirect = entry["redirectUri"]
                     self._set(state, status="used")
-        return self._complete(code.strip(), redirect or self._default_redirect(), state,
+        return self._complete(code.strip(), redirect or self._default_redirect, state,
                               hashed=True)
 
     def outcome(self, state: str, wait_seconds: float = 0.0) -> dict[str, Any]:

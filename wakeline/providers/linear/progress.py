@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from wakeline.agents.streams import (
-    PLAN_STATUSES, LinkFound, PlanUpdate, ProgressEvent, Thought, ToolFinished, ToolStarted,
+    PLAN_STATUSES,
+    LinkFound,
+    PlanUpdate,
+    ProgressEvent,
+    Thought,
+    ToolFinished,
+    ToolStarted,
 )
 from wakeline.secrets import scrub
 

@@ -21,7 +21,10 @@ from pydantic import ValidationError
 
 from wakeline.models.store import Store
 from wakeline.providers.linear.token_file import (
-    Stamp, StoredTokens, TokenFile, TokenFileInvalid,
+    Stamp,
+    StoredTokens,
+    TokenFile,
+    TokenFileInvalid,
 )
 
 log = logging.getLogger(__name__)

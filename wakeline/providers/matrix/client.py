@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from nio import (
-    AsyncClient, AsyncClientConfig, JoinedMembersResponse, JoinedRoomsResponse, MegolmEvent,
-    RoomMessagesResponse, RoomSendResponse, SyncResponse, WhoamiResponse,
+    AsyncClient,
+    AsyncClientConfig,
+    JoinedMembersResponse,
+    JoinedRoomsResponse,
+    MegolmEvent,
+    RoomMessagesResponse,
+    RoomSendResponse,
+    SyncResponse,
+    WhoamiResponse,
 )
 from nio.crypto import ENCRYPTION_ENABLED
 from nio.exceptions import EncryptionError

@@ -21,14 +21,23 @@ from wakeline.models.approvals import Approval, ApprovalStatus
 from wakeline.models.store import Store
 from wakeline.providers.matrix.approvals import ApprovalsService
 from wakeline.providers.matrix.connection import (
-    ConnectionHooks, Health, MatrixConnection, SendRefused,
+    ConnectionHooks,
+    Health,
+    MatrixConnection,
+    SendRefused,
 )
 from wakeline.providers.matrix.routes import (
-    UNCHECKED, RouteBook, RouteState, check_route, identity_problem,
+    UNCHECKED,
+    RouteBook,
+    RouteState,
+    check_route,
+    identity_problem,
 )
 from wakeline.providers.matrix.sync import HANDLE_TIMEOUT_SECONDS, LoopThread, SyncLoop
 from wakeline.providers.matrix.tools import RouteTools
+from wakeline.scheduling.roles import Roles
 from wakeline.secrets import Secrets
+from wakeline.service.parts import Check, every
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +64,28 @@ class Connection:
     fingerprint: str | None = None
 
 
+MATRIX_ROLE = "matrix"
+SEND_EVERY_TICKS = 2  # what waits goes out once a second
+SWEEP_EVERY_TICKS = 20
+
+
 class MatrixRoutes:
-    """Every Matrix connection of one service."""
+    """Every Matrix connection of one service: a part (`service.parts`).
+
+    Sync runs where the `matrix` role is held (one host at a time, `scheduling.roles`), so
+    two hosts never admit a page twice; so do the sends that wait and the sweep. `wake`
+    hears the conversations a page gave work to.
+    """
+
+    name = "matrix"
 
     def __init__(self, config: Config, store: Store, clock: Clock, secrets: Secrets,
                  recorder: Any, wake: Callable[[list[str]], None],
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, roles: Roles | None = None) -> None:
         self._config = config
+        self._roles = roles
+        if roles is not None:
+            roles.add(MATRIX_ROLE, self.start_sync, self.stop_sync)
         self._store = store
         self._clock = clock
         self._recorder = recorder
@@ -134,6 +158,12 @@ class MatrixRoutes:
         return None
 
     def start(self) -> None:
+        """Sync starts with the `matrix` role (the engine's start takes it); without roles,
+        at once."""
+        if self._roles is None:
+            self.start_sync()
+
+    def start_sync(self) -> None:
         """Start every connection's sync loop."""
         for c in self.connections.values():
             if c.loop is not None:
@@ -154,9 +184,16 @@ class MatrixRoutes:
                 c.actor.actor_ref.stop()
         self._store.close()
 
-    def tick(self, sweep: bool = False) -> None:
-        """Periodic (the ticker): each connection sends what waits; with `sweep`, one of them
-        expires the approvals whose day is over. Only tells: never blocks the ticker."""
+    def tick(self, count: int) -> None:
+        """Every other beat, where the role is held: each connection sends what waits; now
+        and then one of them expires the approvals whose day is over. Only tells."""
+        if every(count, SEND_EVERY_TICKS) and (self._roles is None
+                                               or self._roles.held(MATRIX_ROLE)):
+            self.send_waiting(sweep=every(count, SWEEP_EVERY_TICKS))
+
+    def send_waiting(self, sweep: bool = False) -> None:
+        """Each connection sends what waits (approved before a restart, retries); with
+        `sweep`, one of them expires the approvals whose day is over."""
         actors = [c.actor for c in self.connections.values() if c.actor is not None]
         for actor in actors:
             actor.tick.defer()
@@ -277,10 +314,10 @@ class MatrixRoutes:
         pending = len(self.approvals.recent(ApprovalStatus.PENDING, limit=1000))
         return {"connections": out, "approvals": {"pending": pending}}
 
-    def doctor(self) -> list[dict[str, Any]]:
+    def checks(self) -> list[Check]:
         """Doctor items: each connection (its device, its sync), its token file, and each
         route, checked again now when the homeserver answers within a few seconds."""
-        items: list[dict[str, Any]] = []
+        items: list[Check] = []
         for c in self.connections.values():
             items.append(self._token_item(c))
             status = next(s for s in self.status()["connections"] if s["name"] == c.name)
@@ -327,7 +364,7 @@ class MatrixRoutes:
             return {}
         return {s.route.name: s for s in states}
 
-    def _token_item(self, c: Connection) -> dict[str, Any]:
+    def _token_item(self, c: Connection) -> Check:
         path = self._config.path(c.config.access_token_file)
         try:
             mode = stat.S_IMODE(path.stat().st_mode)
@@ -340,8 +377,5 @@ class MatrixRoutes:
         return _item(f"matrix {c.name} token", True, f"{path} (mode {mode:04o})")
 
 
-def _item(name: str, ok: bool, detail: str, fix: str | None = None) -> dict[str, Any]:
-    item: dict[str, Any] = {"name": name, "ok": ok, "detail": detail}
-    if fix and not ok:
-        item["fix"] = fix
-    return item
+def _item(name: str, ok: bool, detail: str, fix: str | None = None) -> Check:
+    return Check(name, ok, detail, fix if not ok else None)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 from pydantic import SecretStr
 
-from wakeline.app import discord_service
+from wakeline.app import discord_part
 from wakeline.commands.operate import conversation_text
 from wakeline.config import Config, parse_config
 from wakeline.errors import ConfigError
@@ -50,7 +50,8 @@ def test_without_a_token_there_is_no_discord_service(make_config: Callable[..., 
                                                      secrets: Secrets) -> None:
     config = make_config(routes=[{"name": "r", "teams": ["ENG"], "discord_channel_id": "1"}])
     nothing: Any = None
-    assert discord_service(config, secrets, nothing, nothing, nothing, nothing, nothing) is None
+    assert discord_part(config, secrets, nothing, nothing, nothing, nothing, nothing, nothing,
+                        nothing) is None
 
 
 def test_the_default_install_never_imports_discord_py() -> None:
