@@ -44,6 +44,19 @@ class _Server(TcpWSGIServer):
     channel_class = _Channel
 
 
+class _NamedDispatcher(ThreadedTaskDispatcher):
+    """waitress's request threads, named for their listener (waitress names every
+    listener's `waitress-<n>`, so two listeners' threads could not be told apart)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    def start_new_thread(self, target: Any, thread_no: int) -> None:
+        threading.Thread(target=target, name=f"{self._name}-request-{thread_no}",
+                         args=(thread_no,), daemon=True).start()
+
+
 class Listener:
     """One waitress server on its own loop thread.
 
@@ -52,7 +65,8 @@ class Listener:
         host, port: where to listen; port 0 picks a free port (see `port`).
         threads: request threads.
         max_body_bytes: bodies larger than this get 413 before they are read.
-        name: thread name prefix, for logs and thread dumps.
+        name: thread name prefix (`<name>-loop`, `<name>-request-<n>`), for logs and
+            thread dumps.
     """
 
     def __init__(
@@ -69,7 +83,7 @@ class Listener:
             connection_limit=1000,
             clear_untrusted_proxy_headers=False,
         )
-        self._dispatcher = ThreadedTaskDispatcher()
+        self._dispatcher = _NamedDispatcher(name)
         self._dispatcher.set_thread_count(threads)
         self._map: dict[int, Any] = {}
         self._server = _Server(app, map=self._map, dispatcher=self._dispatcher, adj=adj)
