@@ -128,6 +128,11 @@ class Store:
                 self.dialect.restore_durability(self.db)
             self.db.close()
 
+    def release_memory(self) -> None:
+        """Free what this thread's last reads left in its connection's page cache. Any commit
+        of another connection makes those pages stale before its next read anyway."""
+        self.dialect.release_memory(self.db)
+
     def release_idle(self) -> None:
         """Hand this thread's connection back and close every idle pooled one (a stopping
         service: a thread still finishing keeps its own)."""
