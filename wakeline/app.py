@@ -34,6 +34,7 @@ from wakeline.http.server import Listener
 from wakeline.inbox import Inbox
 from wakeline.journal import JournalFile, JournalStore
 from wakeline.logs import setup_logging
+from wakeline.memory import limit_malloc_arenas
 from wakeline.metrics import Metrics
 from wakeline.models.envelopes import ControlMessage
 from wakeline.models.journal_table import JournalTable
@@ -521,8 +522,10 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     check_routes(config, workspaces_of(config))
     secrets = prepare_state(config, environ)
     setup_logging(config.log_level, secrets.values())
-    # Before any thread starts: every thread of the service inherits the one CPU.
+    # Before any thread starts: every thread of the service inherits the one CPU, and they
+    # share two malloc arenas (wakeline/memory.py).
     agent_cpus = pin_to_one_cpu() if config.server.single_cpu else None
+    limit_malloc_arenas(environ)
     service = build_service(config, secrets, agent_cpus=agent_cpus)
     # What start-up built (modules, config, actors) lives as long as the process: kept out of
     # the collector's sight, a full collection no longer walks it. Without this, one came
