@@ -6,8 +6,8 @@ of conversations (a conversation is a row, not a thread). `bench/soak.py` holds 
 process to the total; a test counts a running service's threads by name against it
 (`over_budget`), so a thread nobody named or budgeted fails it with its name.
 
-Third-party threads are counted too: discord.py's heartbeat, and DBOS's own (which
-`name_new_threads` names after the DBOS thread that launched them).
+Third-party threads are counted too: discord.py's heartbeat, and DBOS's own (those it
+leaves with Python's default name are named `dbos-<function>` by `name_new_threads`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from wakeline.config import Config
 # `max_concurrent_turns`; these few more run its own short work (each finished workflow's
 # outcome is written from its event loop through the same pool).
 DBOS_SPARE_EXECUTORS = 4
-# The threads DBOS 3.4 starts at launch besides its executor (`wakeline/scheduling/dbos.py`
-# names the unnamed ones `dbos-<function>`), and its queue workers: one per queue (ours and
-# its internal one).
+# The threads DBOS 3.4 starts at launch besides its executor and its queue workers
+# (`wakeline/scheduling/dbos.py` names the unnamed ones `dbos-<function>`).
 _DBOS_OWN = ("dbos-background-jobs", "dbos-_run_event_loop", "dbos-dynamic_scheduler_loop",
              "dbos-queue_thread", "dbos-run_notification_listener", "dbos-run_notifier")
 _DEFAULT_NAME = re.compile(r"Thread-\d+ \((\w+)\)")
