@@ -11,7 +11,7 @@ import pytest
 from falcon import testing
 
 from tests.conftest import (
-    OPERATOR_TOKEN, comment_event, comments, deliver, issue_event, session_event, sqlite_only,
+    OPERATOR_TOKEN, comment_event, comments, deliver, issue_event, on_postgres, session_event,
 )
 from wakeline.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES
 
@@ -304,7 +304,7 @@ def sqlite_memory_used() -> int:
     return int(used())
 
 
-@sqlite_only
+@pytest.mark.skipif(on_postgres(), reason="PostgreSQL's pages live in its server")
 def test_a_request_leaves_no_pages_in_its_thread_s_cache(operator: Any, store: Any) -> None:
     """What a request read is freed when it ends: kept, each listener thread would hold
     the pages of its last read (a status count of a long unread inbox, a quick check)."""
