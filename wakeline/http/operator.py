@@ -39,6 +39,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class ReleaseReadCache:
+    """falcon middleware: after each request, the request thread's page cache is freed.
+
+    The next commit of the writer would make those pages stale anyway, and kept, they
+    follow what the thread read last: the whole unread inbox for a status count, the whole
+    file for the doctor's quick check, on each of the listener's threads (decision 0033).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         req_succeeded: bool) -> None:
+        """Free what the request read."""
+        try:
+            self._store.release_memory()
+        except Exception:  # never fails a request: the next read frees it as well
+            log.exception("releasing the page cache failed")
+
+
 class Status:
     """`GET /v1/status`."""
 
@@ -200,7 +220,8 @@ def create_operator_app(
     sandbox: Callable[[], dict[str, Any]] | None = None,
 ) -> falcon.App:
     """The operator WSGI app; without a `tracker`, the Linear routes answer 503."""
-    app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
+    app = falcon.App(media_type=falcon.MEDIA_JSON,
+                     middleware=[BearerAuth(tokens), ReleaseReadCache(store)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))
