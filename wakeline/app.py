@@ -46,6 +46,7 @@ from wakeline.service.checks import service_checks
 from wakeline.service.events import Events
 from wakeline.service.extras import require_extras
 from wakeline.service.logs import setup_logging
+from wakeline.service.memory import limit_malloc_arenas
 from wakeline.service.metrics import Metrics
 from wakeline.service.parts import Check, Part, Parts
 from wakeline.service.ticker import Ticker
@@ -275,8 +276,10 @@ def serve(config: Config, environ: Mapping[str, str] | None = None) -> int:
     require_sandbox(config, probe)
     secrets = prepare_state(config, environ)
     setup_logging(config.log_level, secrets.values())
-    # Before any thread starts: every thread of the service inherits the one CPU.
+    # Before any thread starts: every thread of the service inherits the one CPU, and they
+    # share two malloc arenas (wakeline/service/memory.py).
     agent_cpus = pin_to_one_cpu() if config.server.single_cpu else None
+    limit_malloc_arenas(environ)
     service = build_service(config, secrets, agent_cpus=agent_cpus, sandbox_probe=probe)
     # What start-up built (modules, config, actors) lives as long as the process: kept out of
     # the collector's sight, a full collection no longer walks it. Without this, one came

@@ -8,6 +8,7 @@ has joined, plainly over HTTP or (for the encrypted room) with nio and their own
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tests.support.matrix import (  # noqa: E402
 )
 from tests.support.synapse import Homeserver  # noqa: E402
 from wakeline.config import Config  # noqa: E402
+from wakeline.service.threads import budget, over_budget  # noqa: E402
 
 pytest.importorskip("nio", reason="matrix-nio is not installed: pip install 'wakeline[matrix]'")
 
@@ -51,6 +53,20 @@ def test_plain_room_text_runs_a_turn_and_the_first_sync_keeps_only_its_cursor(
     assert subject == ("matrix:me", world.plain, "alice", 1)
     assert receipts == [(f"matrix:me:{event_id}", "accepted")]
     assert r.cursor() != first_cursor
+
+
+def test_a_matrix_service_runs_only_the_threads_its_budget_names(
+        world: World, make_config: Callable[..., Config], running: Callable[..., Running]) -> None:
+    """The loop, its lookups' pool and an actor per connection join the service's threads."""
+    before = {t.ident for t in threading.enumerate()}
+    config = matrix_config(make_config, world, [{"name": "alice", "connection": "me",
+                                                  "room_id": world.plain}])
+    r = running(config, secrets_for(world))
+    world.server.send_text(world.alice.access_token, world.plain, "count my threads")
+    wait_until(lambda: "count my threads" in r.texts(), WAIT, message="a turn with alice's text")
+    names = [t.name for t in threading.enumerate() if t.ident not in before]
+    assert over_budget(names, budget(config)) == []
+    assert {"matrix", "matrix-connection-me"} <= set(names)
 
 
 def test_an_encrypted_room_is_decrypted_and_admitted(

@@ -54,6 +54,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class ReleaseReadCache:
+    """falcon middleware: after each request, the request thread's page cache is freed.
+
+    The next commit of the writer would make those pages stale anyway, and kept, they
+    follow what the thread read last: the whole unread inbox for a status count, the whole
+    file for the doctor's quick check, on each of the listener's threads (decision 0033).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         req_succeeded: bool) -> None:
+        """Free what the request read."""
+        try:
+            self._store.release_memory()
+        except Exception:  # never fails a request: the next read frees it as well
+            log.exception("releasing the page cache failed")
+
+
 class Status:
     """`GET /v1/status`."""
 
@@ -208,7 +228,8 @@ def create_operator_app(config: Config, store: Store, inbox: Inbox, tokens: Toke
     linear_part = parts.linear
     tracker = linear_part.tracker if linear_part is not None else None
     credential = linear_part.credential if linear_part is not None else None
-    app = falcon.App(media_type=falcon.MEDIA_JSON, middleware=[BearerAuth(tokens)])
+    app = falcon.App(media_type=falcon.MEDIA_JSON,
+                     middleware=[BearerAuth(tokens), ReleaseReadCache(store)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))

@@ -48,6 +48,19 @@ class _UnixServer(UnixWSGIServer):
     channel_class = _Channel
 
 
+class _NamedDispatcher(ThreadedTaskDispatcher):
+    """waitress's request threads, named for their listener (waitress names every
+    listener's `waitress-<n>`, so two listeners' threads could not be told apart)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    def start_new_thread(self, target: Any, thread_no: int) -> None:
+        threading.Thread(target=target, name=f"{self._name}-request-{thread_no}",
+                         args=(thread_no,), daemon=True).start()
+
+
 class Listener:
     """One waitress server on its own loop thread; a part of the service (`service.parts`).
 
@@ -62,6 +75,10 @@ class Listener:
         name: thread name prefix, for logs and thread dumps.
         unix_socket: also serve on this Unix socket (owner-only), with the same threads
             (confined turns reach the operator API through it: decision 0034).
+
+
+        name: thread name prefix (`<name>-loop`, `<name>-request-<n>`), for logs and
+            thread dumps.
     """
 
     def __init__(
@@ -79,7 +96,7 @@ class Listener:
             connection_limit=1000,
             clear_untrusted_proxy_headers=False,
         )
-        self._dispatcher = ThreadedTaskDispatcher()
+        self._dispatcher = _NamedDispatcher(name)
         self._dispatcher.set_thread_count(threads)
         self._map: dict[int, Any] = {}
         self._server = _Server(app, map=self._map, dispatcher=self._dispatcher, adj=adj)

@@ -32,6 +32,13 @@ from wakeline.models.schema import MIGRATIONS, SCHEMA_VERSION
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_SECONDS = 5.0
+# Page caches (KiB). The writer connection's stays valid from one transaction to the next
+# (decision 0028), so it keeps the hot pages. A thread's own connection loses its cache to
+# every commit of the writer, and what its last read left stays until its next one: a
+# doctor's quick check leaves the whole file's pages, on every thread that served one.
+# SQLite's default bounds them (decision 0033).
+WRITER_CACHE_KIB = 16_000
+READER_CACHE_KIB = 2_000
 
 
 class SchemaTooNew(WakelineError):
@@ -132,6 +139,7 @@ class WriterQueueDatabase(_WriterQueue, PooledSqliteDatabase):
         state = self._state
         if self._shared is None:
             self._shared = SqliteDatabase._connect(self)  # outside the pool: it is never handed back
+            self._shared.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         self._holder.own = (state.conn, state.closed)
         state.conn, state.closed = self._shared, False
         sync = "NORMAL" if getattr(self._holder, "relaxed", False) else "FULL"
@@ -260,7 +268,7 @@ def open_database(target: Path | str, *, busy_timeout: float = BUSY_TIMEOUT_SECO
             "synchronous": "full",
             "foreign_keys": 1,
             "busy_timeout": int(busy_timeout * 1000),
-            "cache_size": -16_000,
+            "cache_size": -READER_CACHE_KIB,  # the writer connection's is larger
         },
         max_connections=None,  # one per thread that uses the store; they are few and reused
         lock_type="IMMEDIATE",

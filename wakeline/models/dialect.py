@@ -139,6 +139,11 @@ class Dialect:
         """The word "ok", or what the backend's own check found."""
         return str(db.execute_sql("PRAGMA quick_check(1)").fetchone()[0])
 
+    def release_memory(self, db: Database) -> None:
+        """Free the page cache of this thread's open connection (none open: nothing to do)."""
+        if not db.is_closed():
+            db.execute_sql("PRAGMA shrink_memory")
+
 
 class PostgresDialect(Dialect):
     """PostgreSQL: fixed SQL and migrations translated, writers lock what they change."""
@@ -255,6 +260,9 @@ class PostgresDialect(Dialect):
 
     def quick_check(self, db: Database) -> str:
         return "ok" if db.execute_sql("SELECT 1").fetchone()[0] == 1 else "no answer"
+
+    def release_memory(self, db: Database) -> None:
+        pass  # the server holds the pages, not this process
 
 
 def _lock_key(name: str) -> int:

@@ -20,9 +20,10 @@ conversation's next turn runs, on any of the hosts that share the database (deci
   turns (`repair_host`: they are due for a re-run) and asks DBOS to recover that
   executor's unfinished jobs, which any host then runs. A restarted host with the same
   id recovers its own at launch (after `Supervisor.recover`, scoped to it).
-- DBOS runs its own threads (queue workers, executor pool); `DbosScheduler` starts and
-  stops it from a thread of its own and enqueues from another (the waker), so no actor
-  and no request thread waits on DBOS.
+- DBOS runs its own threads (queue workers, executor pool: at most the worker concurrency
+  and `DBOS_SPARE_EXECUTORS`; the unnamed ones are named `dbos-<function>` at launch);
+  `DbosScheduler` starts and stops it from a thread of its own and enqueues from another
+  (the waker), so no actor and no request thread waits on DBOS.
 
 DBOS is a process-wide singleton (one `DBOS(config=...)` per process, workflows
 registered before `launch`): one scheduler per process, and the functions its workflow
@@ -49,6 +50,7 @@ from typing import Any, Callable, Iterable
 from wakeline.scheduling.base import HostView
 from wakeline.scheduling.roles import Roles
 from wakeline.service.parts import Check
+from wakeline.service.threads import DBOS_SPARE_EXECUTORS, name_new_threads
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +232,13 @@ class DbosScheduler:
                 "executor_id": s.host_id,
                 "application_version": s.application_version,
                 "log_level": "WARNING",
+                # Unbounded by default: a thread per job running at once. Ours are at most
+                # the queue's worker concurrency; the spare run DBOS's own writes.
+                "max_executor_threads": s.worker_concurrency + DBOS_SPARE_EXECUTORS,
             })
+            before = {t.ident for t in threading.enumerate()}
             DBOS.launch()
+            name_new_threads(before, "dbos")
             self._queue = DBOS.register_queue(
                 QUEUE_NAME,
                 partition_concurrency=1,

@@ -107,7 +107,8 @@ class _Helper:
             _, fds = got
             if fds:
                 conn = socket.socket(fileno=fds[0])
-                threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+                threading.Thread(target=self._connection, args=(conn,), name="connection",
+                                 daemon=True).start()
         with self._lock:
             for pid in self._running:
                 _kill_group(pid)
@@ -224,7 +225,7 @@ def _exit_watch(pid: int) -> tuple[int, Any]:
             pass
         os.close(write)  # readable (EOF) from now on
 
-    threading.Thread(target=wait, daemon=True).start()
+    threading.Thread(target=wait, name=f"exit-watch-{pid}", daemon=True).start()
     return read, lambda: os.close(read)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 from falcon import testing
 
 from tests.conftest import (
-    OPERATOR_TOKEN, comment_event, comments, deliver, issue_event, session_event,
+    OPERATOR_TOKEN, comment_event, comments, deliver, issue_event, on_postgres, session_event,
 )
 from wakeline.models.inbox import EVENT_MAX_CHARS, PAGE_BUDGET_BYTES
 
@@ -286,3 +288,33 @@ def test_status_lists_the_hosts_sharing_the_work(config: Any, store: Any, clock:
                             Metrics(), OperatorParts(hosts=unreadable)),
         headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
     assert broken.simulate_get("/v1/status").json["hosts"] == []  # the rest still answers
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+
+def sqlite_memory_used() -> int:
+    """Bytes SQLite holds in this process (page caches, statements), from the library that
+    Python's sqlite3 module uses."""
+    lib = ctypes.util.find_library("sqlite3")
+    if lib is None:
+        pytest.skip("no shared SQLite library to ask")
+    used = ctypes.CDLL(lib).sqlite3_memory_used
+    used.restype = ctypes.c_int64
+    return int(used())
+
+
+@pytest.mark.skipif(on_postgres(), reason="PostgreSQL's pages live in its server")
+def test_a_request_leaves_no_pages_in_its_thread_s_cache(operator: Any, store: Any) -> None:
+    """What a request read is freed when it ends: kept, each listener thread would hold
+    the pages of its last read (a status count of a long unread inbox, a quick check)."""
+    store.db.execute_sql("CREATE TABLE filler (x TEXT)")
+    store.db.execute_sql("INSERT INTO filler SELECT hex(randomblob(500)) FROM "
+                         "(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                         "WHERE i < 2000) SELECT i FROM n)")
+    store.release_memory()  # the insert's pages
+    idle = sqlite_memory_used()
+    store.db.execute_sql("SELECT COUNT(*) FROM filler WHERE x LIKE '%zz%'").fetchone()
+    assert sqlite_memory_used() > idle + 1_000_000  # the scan's pages (2 MB of rows)
+    assert operator.simulate_get("/v1/status").status_code == 200  # on this same thread
+    assert sqlite_memory_used() < idle + 200_000

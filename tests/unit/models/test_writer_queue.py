@@ -10,7 +10,7 @@ from typing import Callable
 import pytest
 from peewee import IntegrityError
 
-from wakeline.models.db import open_database
+from wakeline.models.db import READER_CACHE_KIB, WRITER_CACHE_KIB, open_database
 
 
 class _Observed:
@@ -128,6 +128,20 @@ def test_every_write_runs_on_the_one_writer_connection_and_reads_on_the_threads_
     # A thread's own connection sees what the writer connection committed.
     assert _in_thread(lambda: db.execute_sql("SELECT x FROM t ORDER BY x").fetchall()) \
         == [(1,), (2,)]
+    db.close_all()
+
+
+def test_the_writer_connection_keeps_the_large_page_cache_and_a_thread_s_own_the_default(
+        tmp_path: Path) -> None:
+    """A thread's own connection loses its pages to every commit of the writer's; what its
+    last read left stays until its next read, so it keeps SQLite's default (decision 0033)."""
+    db = open_database(tmp_path / "w.db")
+    with db.atomic():
+        writer = db.execute_sql("PRAGMA cache_size").fetchone()[0]
+    assert (writer, db.execute_sql("PRAGMA cache_size").fetchone()[0]) == \
+        (-WRITER_CACHE_KIB, -READER_CACHE_KIB)
+    assert _in_thread(lambda: db.execute_sql("PRAGMA cache_size").fetchone()[0]) \
+        == -READER_CACHE_KIB
     db.close_all()
 
 

@@ -24,6 +24,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Protocol, Sequence
 
@@ -47,6 +48,9 @@ INTENTS = discord.Intents(guilds=True, guild_messages=True, message_content=True
 RETRY_SECONDS: tuple[float, ...] = (1, 2, 5, 10, 30, 60)
 HEALTHY_SECONDS = 60.0  # a client that lived this long starts the backoff over
 STOP_TIMEOUT_SECONDS = 30.0
+# The loop's blocking calls (the Gateway's address, aiohttp's DNS lookups) run on this many
+# named threads, not on asyncio's default pool (unnamed, up to 32 with the CPUs).
+GATEWAY_IO_THREADS = 1
 
 
 class Sink(Protocol):
@@ -211,6 +215,9 @@ class Gateway:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # asyncio.run shuts it down with the loop.
+        self._loop.set_default_executor(ThreadPoolExecutor(
+            GATEWAY_IO_THREADS, thread_name_prefix="discord-gateway-io"))
         self._stopping = asyncio.Event()
         self._started.set()
         attempt = 0

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -37,6 +37,9 @@ T = TypeVar("T")
 FIRST_RETRY_SECONDS = 0.5
 HANDLE_TIMEOUT_SECONDS = 120.0  # a commit waits for SQLite's writer lock, never this long
 STOP_TIMEOUT_SECONDS = 30.0
+# aiohttp's DNS lookups (a homeserver's name) run on this many named threads, not on
+# asyncio's default pool (unnamed, up to 32 with the CPUs).
+MATRIX_IO_THREADS = 2
 
 
 class LoopThread:
@@ -61,6 +64,9 @@ class LoopThread:
             if self._thread is not None:
                 return
             self._loop = asyncio.new_event_loop()
+            # Shut down with the loop (`_run`).
+            self._loop.set_default_executor(ThreadPoolExecutor(
+                MATRIX_IO_THREADS, thread_name_prefix=f"{self._name}-io"))
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
         self._running.wait(STOP_TIMEOUT_SECONDS)
