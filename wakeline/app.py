@@ -94,6 +94,7 @@ class Service:
     secrets: Secrets
     metrics: Metrics
     tokens: TokenRegistry
+    inbox: Inbox
     parts: Parts
     journal: JournalPart
     linear: LinearPart
@@ -220,11 +221,11 @@ def build_service(
                                      router))
     parts = Parts(p for p in (journal, sandbox, linear, echo, turns, admission, engine, matrix,
                               discord, ingress, operator) if p is not None)
-    service = Service(config, clock, store, secrets, metrics, tokens, parts, journal, linear,
-                      turns, admission, ingress, operator, Ticker(parts.tick, tick_seconds),
-                      matrix=matrix, discord=discord)
+    service = Service(config, clock, store, secrets, metrics, tokens, Inbox(store), parts,
+                      journal, linear, turns, admission, ingress, operator,
+                      Ticker(parts.tick, tick_seconds), matrix=matrix, discord=discord)
     operator.mount(create_operator_app(
-        config, store, Inbox(store), tokens, clock, metrics, OperatorParts(
+        config, store, service.inbox, tokens, clock, metrics, OperatorParts(
             supervisor=turns.supervisor, live_turns=turns.env.live, settled=turns.env.settled,
             linear=linear, echo_memory=echo.actor, journal=journal.entries, matrix=matrix,
             hosts=engine.hosts, sandbox=sandbox, checks=service.checks), secrets))

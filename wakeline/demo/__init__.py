@@ -145,7 +145,7 @@ class _Run:
                 raise TimeoutError(f"the demo did not settle in time ({doing})")
             self.progress(f"waiting: {doing}")
             time.sleep(0.1)  # a poll of a running service, bounded by the deadline
-        self.service.journal.flush().get(timeout=10)  # what the journal was told is written
+        self.service.journal.actor.flush().get(timeout=10)  # what the journal was told is written
 
     def stop(self) -> None:
         self.service.stop()
@@ -179,7 +179,7 @@ def run_demo(*, keep: bool = False, progress: Callable[[str], None] = lambda _: 
         summary.writes = [{"operation": w.operation, **_shown(w.input)} for w in run.stand_in.writes()]
         summary.inbox = [e["headline"] for e in run.service.inbox.forward(
             after=None, limit=100, headlines=True)["events"]]
-        summary.journal = run.service.journal_file.page(limit=500).entries
+        summary.journal = run.service.journal.entries.page(limit=500).entries
         summary.conversations = [
             {k: c[k] for k in ("id", "title", "state", "outcome")}
             for c in _conversations(run)]
