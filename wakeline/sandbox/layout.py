@@ -106,7 +106,7 @@ def unseen(hidden: Sequence[Path]) -> tuple[Path, ...]:
     return (*SCRATCH, *COVERED, *hidden)
 
 
-def within(path: Path, parent: Path) -> bool:
+def within(path: Path | str, parent: Path | str) -> bool:
     """Whether `path` is `parent` or lies under it (both absolute and normalised)."""
     inner, outer = str(path), str(parent)
     return inner == outer or inner.startswith(outer if outer.endswith("/") else outer + "/")

@@ -330,13 +330,13 @@ def _inside_env(env: Mapping[str, str], home: Path, hidden: Sequence[Path],
     """The turn's environment as it is inside: HOME is the route's, TMPDIR the private /tmp,
     and a variable that names a path nothing in the sandbox shows is dropped (a socket or a
     config file of the service user's, another HOME)."""
-    covered = unseen(hidden)
+    covered = [str(u) for u in unseen(hidden)]  # strings: this runs for every turn
+    shown = [str(v) for v in visible]
     out = {}
     for name, value in env.items():
         if value.startswith("/") and os.pathsep not in value:
-            path = Path(os.path.normpath(value))
-            if any(within(path, u) for u in covered) and \
-                    not any(within(path, v) for v in visible):
+            path = os.path.normpath(value)
+            if any(within(path, u) for u in covered) and not any(within(path, v) for v in shown):
                 continue
         out[name] = value
     out.pop("XDG_RUNTIME_DIR", None)
