@@ -169,15 +169,16 @@ class _Helper:
                 os.close(fd)
         if listen:
             try:  # the agent waits for this, so nothing it connects to is missing
-                self._relay.add(pid, self._network.open(*ends, listen), listen)
-            except OSError as exc:
+                self._relay.add(pid, self._network.open(pid, *ends, listen), listen)
+            except (OSError, RuntimeError) as exc:  # RuntimeError: no thread to be had
                 _kill_group(pid)
                 os.waitpid(pid, 0)
                 with self._lock:
                     self._running.discard(pid)
                 for fd in pipes:
                     os.close(fd)
-                _send(conn, {"error": f"{exc.__class__.__name__}: {exc.strerror or exc}"})
+                why = getattr(exc, "strerror", None) or exc
+                _send(conn, {"error": f"{exc.__class__.__name__}: {why}"})
                 return
         try:
             _send(conn, {"pid": pid})

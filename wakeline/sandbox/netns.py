@@ -77,13 +77,14 @@ class SandboxNetwork:
             os.close(fd)
         return [argv[0], *BWRAP_OPTIONS, *argv[1:]], given, (info_r, block_w)
 
-    def open(self, info: int, block: int, listen: Listen) -> list[socket.socket]:
+    def open(self, bwrap: int, info: int, block: int, listen: Listen) -> list[socket.socket]:
         """Read the sandbox's process from `info`, listen on each `listen` address in its
         network namespace, then let the agent start (a byte on `block`). Closes both.
 
         Raises:
-            OSError: the sandbox is gone, or its namespaces cannot be joined; the agent has
-                not started (the caller ends the sandbox).
+            OSError: the sandbox is gone, or its namespaces cannot be joined. The agent has
+                not started: bubblewrap's group (`bwrap`, its pid) is killed first, since the
+                end of `block` would let it go on; the caller reaps it.
         """
         deadline = time.monotonic() + SETUP_TIMEOUT_SECONDS
         try:
@@ -96,6 +97,10 @@ class SandboxNetwork:
                     sock.close()
                 raise
             return listeners
+        except OSError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(bwrap, signal.SIGKILL)
+            raise
         finally:
             os.close(info)
             os.close(block)
@@ -132,7 +137,10 @@ class SandboxNetwork:
                 failed.append(exc)
 
         thread = threading.Thread(target=work, name="sandbox-listen")
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had
+            raise OSError(0, f"cannot listen in the sandbox's network: {exc}") from None
         thread.join()
         if failed or len(made) != len(listen):
             for sock in made:
@@ -201,26 +209,35 @@ class Relay:
         self._groups: dict[int, list[socket.socket]] = {}
 
     def add(self, key: int, listeners: Sequence[socket.socket], listen: Listen) -> None:
-        """Relay `listeners` (one a `listen` entry) until `close(key)`."""
+        """Relay `listeners` (one a `listen` entry) until `close(key)`, which closes them
+        (so does a failure here)."""
         with self._lock:
-            if self._wake_w is None:
-                self._wake_r, self._wake_w = socket.socketpair()
-                self._selector.register(self._wake_r, selectors.EVENT_READ)
-                threading.Thread(target=self._accept_loop, name="sandbox-accept",
-                                 daemon=True).start()
             self._groups[key] = list(listeners)
-            for sock, (_, _, path) in zip(listeners, listen):
-                sock.setblocking(False)
-                self._selector.register(sock, selectors.EVENT_READ, path)
-            self._wake_w.send(b"x")
+            try:
+                if self._wake_w is None:
+                    self._wake_r, self._wake_w = socket.socketpair()
+                    self._selector.register(self._wake_r, selectors.EVENT_READ)
+                    threading.Thread(target=self._accept_loop, name="sandbox-accept",
+                                     daemon=True).start()
+                for sock, (_, _, path) in zip(listeners, listen):
+                    sock.setblocking(False)
+                    self._selector.register(sock, selectors.EVENT_READ, path)
+                self._wake_w.send(b"x")
+            except (OSError, RuntimeError):  # out of descriptors, or of threads
+                self._close(key)
+                raise
 
     def close(self, key: int) -> None:
         """Stop listening for `key` (its sandbox has ended); idempotent. Connections in
         flight end as their sandbox's side closes."""
         with self._lock:
-            for sock in self._groups.pop(key, ()):
+            self._close(key)
+
+    def _close(self, key: int) -> None:
+        for sock in self._groups.pop(key, ()):
+            with contextlib.suppress(KeyError):
                 self._selector.unregister(sock)
-                sock.close()
+            sock.close()
 
     def _accept_loop(self) -> None:
         while True:
@@ -232,18 +249,25 @@ class Relay:
                     client, _ = key.fileobj.accept()  # type: ignore[union-attr]
                 except OSError:  # gone meanwhile (closed), or nothing left to accept
                     continue
-                client.setblocking(True)
-                upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    upstream.connect(key.data)
-                except OSError:
-                    client.close()
-                    upstream.close()
-                    continue
-                done: list[object] = [threading.Lock()]
-                for src, dst in ((client, upstream), (upstream, client)):
-                    threading.Thread(target=_pump, args=(src, dst, done), name="sandbox-relay",
-                                     daemon=True).start()
+                threading.Thread(target=_relay, args=(client, key.data), name="sandbox-relay",
+                                 daemon=True).start()
+
+
+def _relay(client: socket.socket, path: str) -> None:
+    """One relayed connection: to wakeline's socket at `path`, then both ways (a thread each:
+    here, not in the accepting thread, a busy server's backlog holds up no one else)."""
+    client.setblocking(True)
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    done: list[object] = [threading.Lock()]
+    threading.Thread(target=_pump, args=(upstream, client, done), name="sandbox-relay",
+                     daemon=True).start()
+    _pump(client, upstream, done)
 
 
 def _pump(src: socket.socket, dst: socket.socket, done: list[object]) -> None:
@@ -317,7 +341,7 @@ def probe(argv: Sequence[str]) -> int:
     network = SandboxNetwork()
     argv, given, (info, block) = network.prepare(argv)
     try:
-        pid = os.posix_spawn(argv[0], argv, dict(os.environ),
+        pid = os.posix_spawn(argv[0], argv, dict(os.environ), setsid=True,
                              file_actions=[(os.POSIX_SPAWN_DUP2, fd, to) for fd, to in given])
     except OSError:
         os.close(info)
@@ -327,9 +351,8 @@ def probe(argv: Sequence[str]) -> int:
         for fd, _ in given:
             os.close(fd)
     try:
-        listeners = network.open(info, block, [("127.0.0.2", 8788, "")])
+        listeners = network.open(pid, info, block, [("127.0.0.2", 8788, "")])
     except OSError as exc:
-        os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.write(2, f"wakeline: {exc.strerror or exc}\n".encode())
         return PROBE_FAILED

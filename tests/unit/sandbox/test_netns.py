@@ -7,7 +7,6 @@ the test, outside, answers on the listening socket the fork server's code made i
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 from collections.abc import Iterator
@@ -49,10 +48,9 @@ def start(network: netns.SandboxNetwork, argv: list[str],
     for fd, _ in given:
         os.close(fd)
     try:
-        return pid, network.open(info, block, [("127.0.0.2", PORT, "")])
+        return pid, network.open(pid, info, block, [("127.0.0.2", PORT, "")])
     except OSError:
-        os.killpg(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        os.waitpid(pid, 0)  # killed already
         raise
 
 
