@@ -203,9 +203,10 @@ class Relay:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._selector = selectors.DefaultSelector()
-        self._wake_r: socket.socket | None = None  # with the accepting thread, when first needed
-        self._wake_w: socket.socket | None = None
+        # epoll (Linux's, as bubblewrap is): a listener registered while the accepting thread
+        # waits is watched at once, with no wake-up.
+        self._selector = selectors.EpollSelector()
+        self._accepting = False  # the thread starts with the first listener
         self._groups: dict[int, list[socket.socket]] = {}
 
     def add(self, key: int, listeners: Sequence[socket.socket], listen: Listen) -> None:
@@ -214,15 +215,13 @@ class Relay:
         with self._lock:
             self._groups[key] = list(listeners)
             try:
-                if self._wake_w is None:
-                    self._wake_r, self._wake_w = socket.socketpair()
-                    self._selector.register(self._wake_r, selectors.EVENT_READ)
-                    threading.Thread(target=self._accept_loop, name="sandbox-accept",
-                                     daemon=True).start()
                 for sock, (_, _, path) in zip(listeners, listen):
                     sock.setblocking(False)
                     self._selector.register(sock, selectors.EVENT_READ, path)
-                self._wake_w.send(b"x")
+                if not self._accepting:
+                    threading.Thread(target=self._accept_loop, name="sandbox-accept",
+                                     daemon=True).start()
+                    self._accepting = True
             except (OSError, RuntimeError):  # out of descriptors, or of threads
                 self._close(key)
                 raise
@@ -242,9 +241,6 @@ class Relay:
     def _accept_loop(self) -> None:
         while True:
             for key, _ in self._selector.select():
-                if key.fileobj is self._wake_r:
-                    self._wake_r.recv(4096)  # a listener came: select again, with it
-                    continue
                 try:
                     client, _ = key.fileobj.accept()  # type: ignore[union-attr]
                 except OSError:  # gone meanwhile (closed), or nothing left to accept

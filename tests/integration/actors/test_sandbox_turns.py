@@ -113,9 +113,9 @@ def test_an_agent_stopped_without_a_network_still_reaches_wakeline_in_its_grace(
         harness: Callable[..., Any]) -> None:
     require_bwrap()
     marker = f"sleep\x003600.{uuid.uuid4().int % 10**9:09d}"  # argv as /proc shows it
-    h = harness(command=["/bin/sh", "-c", 'trap "wakeline agent thought goodbye; exit 0" '
-                                          f'TERM; {marker.replace(chr(0), " ")} & wait'],
-                sandbox=REQUIRED, routes=[ROUTE])
+    sleep = marker.replace(chr(0), " ")
+    script = f'trap "wakeline agent thought goodbye; exit 0" TERM; {sleep} & wait'
+    h = harness(command=["/bin/sh", "-c", script], sandbox=REQUIRED, routes=[ROUTE])
     h.service.turn_env.kill_grace_seconds = 60  # its interpreter may take a while to start
     h.deliver(session_event(session_id="s-1"))
     wait_until(lambda: processes_with(marker), timeout=30, message="its sleep running: the "
