@@ -9,10 +9,10 @@ fork server starts bubblewrap with `--info-fd` (which process holds the new name
 and only then lets the agent start: a connection never finds nothing there. To get in, root
 sends a thread of its own (a network namespace is a thread's); anyone else forks a child that
 joins the user namespace owning it, then it, and hands the listening sockets back (SCM_RIGHTS):
-a process with threads may not enter a user namespace, and that child costs a millisecond or
-two. The fork server's relay (`Relay`) accepts on them and carries each connection to wakeline's
-Unix socket; the listeners are closed when the sandbox ends (they would keep its namespace
-alive).
+a process with threads may not enter a user namespace (that child costs about a millisecond of
+CPU, beside bubblewrap's own set-up). The fork server's relay (`Relay`) accepts on them and
+carries each connection to wakeline's Unix socket; the listeners are closed when the sandbox
+ends (they would keep its namespace alive).
 
 Why join bubblewrap's namespaces rather than make the network namespace first and run bubblewrap
 in it: unprivileged, that needs a user namespace made by this interpreter, and Ubuntu's AppArmor
