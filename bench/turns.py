@@ -38,8 +38,8 @@ to Linear before the agent starts (with a credential it would).
      conversations), peak RSS < 300 MB.
 
   3  confined: parts 1 and 2 again, each turn in bubblewrap (`sandbox.mode = "required"`),
-     for each route network of `--sandbox` ("open": bwrap alone; "off": bwrap and the
-     launcher that relays wakeline's API into the turn's own network namespace). The agent
+     for each route network of `--sandbox` ("open": bwrap alone; "off": bwrap with a network
+     namespace of its own, where the fork server listens and relays wakeline's API). The agent
      writes its line into its route's `writable` directory. Targets: at most 10 ms added to
      the unconfined start p50, and a drain at least 0.5 of the unconfined one.
 

@@ -14,8 +14,10 @@ earlier one:
 6. read-only again: the repository's config and hooks, and the files that tie a worktree to
    its repository, whatever a writable path above covers;
 7. `/dev/null` over the config file and every secret file, last, so nothing above shows one;
-8. wakeline's sockets (its API; the proxy under `network = "allow"`) at `/run/wakeline`, and
-   the covering file systems made read-only (all but `/tmp` and `/var/tmp`).
+8. the covering file systems made read-only (all but `/tmp` and `/var/tmp`).
+
+No socket of wakeline's is bound in: under `network = "off"`/`"allow"` the fork server listens
+inside the turn's network namespace for its API and proxy (`netns.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from pathlib import Path
 from wakeline.sandbox.gitdirs import DEV_NULL, GitDirs
 
 NOBODY = 65534
-RUN_DIR = Path("/run/wakeline")  # where wakeline's sockets appear inside the sandbox
 SCRATCH = (Path("/tmp"), Path("/var/tmp"))  # private, empty and writable
 COVERED = (Path("/run"),)  # private, empty and read-only (a resolver's files come back)
 RESOLVER = Path("/run/systemd/resolve")  # /etc/resolv.conf points here on systemd-resolved hosts
@@ -46,7 +47,6 @@ class Layout:
     tools: tuple[Path, ...]  # read-only wherever they are
     writable: tuple[Path, ...] = ()
     git: GitDirs | None = None
-    sockets: tuple[tuple[Path, str], ...] = ()  # (host path, name under RUN_DIR)
 
 
 def bwrap_argv(bwrap: str, layout: Layout, command: Sequence[str]) -> list[str]:
@@ -86,8 +86,6 @@ def bwrap_argv(bwrap: str, layout: Layout, command: Sequence[str]) -> list[str]:
             argv += ["--ro-bind", str(path), str(path)]
     for path in layout.secrets:
         argv += ["--ro-bind", str(DEV_NULL), str(path)]
-    for host, name in layout.sockets:
-        argv += ["--ro-bind", str(host), str(RUN_DIR / name)]
     for path in (*covered, *again):
         argv += ["--remount-ro", str(path)]
     argv += ["--chdir", str(layout.workspace), "--", *command]
@@ -108,7 +106,7 @@ def unseen(hidden: Sequence[Path]) -> tuple[Path, ...]:
     return (*SCRATCH, *COVERED, *hidden)
 
 
-def within(path: Path, parent: Path) -> bool:
+def within(path: Path | str, parent: Path | str) -> bool:
     """Whether `path` is `parent` or lies under it (both absolute and normalised)."""
     inner, outer = str(path), str(parent)
     return inner == outer or inner.startswith(outer if outer.endswith("/") else outer + "/")

@@ -3,10 +3,11 @@
 Built once by the composition root with the start-up probe's answer. Per turn, on the actor,
 `decide` says whether the turn runs confined, unconfined, or not at all (a public route
 while bubblewrap cannot run and `mode = "auto"`); on the runner thread, once the workspace is
-ready, `confine` gives the argv and environment to spawn: `bwrap ... -- agent`, or under
-`network = "off"`/`"allow"` `bwrap ... -- python launcher.py RELAYS -- agent`. The part owns
-a runtime directory (`<state_dir>/run`, owner-only) holding the operator API's Unix socket
-and each `allow` turn's proxy socket, and the allow-list proxy.
+ready, `confine` gives the argv and environment to spawn, `bwrap ... -- agent`, and under
+`network = "off"`/`"allow"` the addresses the fork server listens on inside the turn's network
+namespace and relays to wakeline's sockets (`netns.py`). The part owns a runtime directory
+(`<state_dir>/run`, owner-only) holding the operator API's Unix socket and each `allow` turn's
+proxy socket, and the allow-list proxy.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from wakeline.config import Config, RouteConfig
 from wakeline.errors import ConfigError, ConfinementFailed, WorkspaceFailed
 from wakeline.sandbox.gitdirs import worktree_dirs
 from wakeline.sandbox.hosts import AllowList
-from wakeline.sandbox.layout import RUN_DIR, Layout, bwrap_argv, unseen, within
+from wakeline.sandbox.layout import Layout, bwrap_argv, unseen, within
 from wakeline.sandbox.probe import Probe
 from wakeline.sandbox.proxy import AllowProxy, ProxyTurn
 from wakeline.sandbox.tools import tool_paths
@@ -38,16 +39,13 @@ from wakeline.service.parts import BasePart, Check
 
 log = logging.getLogger(__name__)
 
-LAUNCHER = Path(__file__).resolve().parent / "launcher.py"
 # Inside a sandbox of its own network, wakeline's API and proxy are on this loopback address:
 # 127.0.0.1 is left to the proxy (an allowed `127.0.0.1:PORT` is the host's, through it).
 INSIDE_HOST = "127.0.0.2"
 API_PORT = 8788
 PROXY_PORT = 3128
 API_SOCKET = "api.sock"
-PROXY_SOCKET = "proxy.sock"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-LAUNCHER_FAILED = 125
 RUNTIME_PATH_MAX = 90  # leaves room for a socket's name within the 107 bytes of sun_path
 
 
@@ -76,10 +74,12 @@ class _Parts:
 
 @dataclass
 class Confined:
-    """One turn's confinement: what to spawn, and how its process tree is signalled."""
+    """One turn's confinement: what to spawn, what the fork server relays into its network
+    ((address, port, wakeline's Unix socket)...), and how its process tree is signalled."""
 
     argv: tuple[str, ...]
     env: dict[str, str]
+    listen: tuple[tuple[str, int, str], ...] = ()
     _closing: list[Callable[[], None]] = field(default_factory=list)
 
     def signal_target(self, pid: int, signum: int) -> int:
@@ -101,10 +101,9 @@ class Confined:
 
     @staticmethod
     def failure(code: int, stdout: str, stderr: str) -> str | None:
-        """Why the sandbox never ran the agent (bwrap's or the launcher's own error), or None."""
+        """Why the sandbox never ran the agent (bwrap's own error), or None."""
         last = (stderr.strip().splitlines() or [""])[-1]
-        if (code == LAUNCHER_FAILED and last.startswith("wakeline sandbox: ")) or \
-                (code == 1 and not stdout.strip() and last.startswith("bwrap: ")):
+        if code == 1 and not stdout.strip() and last.startswith("bwrap: "):
             return f"not confined, not run: {last}"
         return None
 
@@ -218,13 +217,11 @@ class Sandbox(BasePart):
                 raise ConfinementFailed(exc.detail) from None
         bound = (workspace, *(git.writable if git else ()), *parts.bound)
         confined = Confined((), {})
-        sockets: list[tuple[Path, str]] = []
-        relays: list[str] = []
+        listen: list[tuple[str, int, str]] = []
         inside = _inside_env(env, parts.home, parts.hidden, bound)
         if route.network != "open":
             assert self.api_socket is not None
-            sockets.append((self.api_socket, API_SOCKET))
-            relays.append(f"{INSIDE_HOST}:{API_PORT}={RUN_DIR / API_SOCKET}")
+            listen.append((INSIDE_HOST, API_PORT, str(self.api_socket)))
             inside["WAKELINE_API_URL"] = f"http://{INSIDE_HOST}:{API_PORT}"
             for name in PROXY_VARS:
                 inside.pop(name, None)
@@ -236,24 +233,18 @@ class Sandbox(BasePart):
                                       AllowList(route.allow_hosts),
                                       f"routes.{index}.allow_hosts"), path)
             confined._closing.append(lambda: self.proxy.close(path))  # type: ignore[union-attr]
-            sockets.append((path, PROXY_SOCKET))
-            relays.append(f"{INSIDE_HOST}:{PROXY_PORT}={RUN_DIR / PROXY_SOCKET}")
+            listen.append((INSIDE_HOST, PROXY_PORT, str(path)))
             url = f"http://{INSIDE_HOST}:{PROXY_PORT}"
             for name in PROXY_VARS[:3]:
                 inside[name] = inside[name.lower()] = url
             inside["NO_PROXY"] = inside["no_proxy"] = INSIDE_HOST
-        if relays:
-            # The interpreter's locale coercion (PEP 538) must not reach the agent.
-            ctype = ["-e", f"LC_CTYPE={inside['LC_CTYPE']}"] if "LC_CTYPE" in inside \
-                else ["-u", "LC_CTYPE"]
-            command = [sys.executable, "-I", "-S", str(LAUNCHER), *ctype, *relays, "--",
-                       *command]
         layout = Layout(
             workspace=workspace, home=parts.home, network=route.network, hidden=parts.hidden,
             secrets=tuple(p for p in parts.secrets if p.is_file()), tools=parts.tools,
-            writable=parts.writable, git=git, sockets=tuple(sockets))
+            writable=parts.writable, git=git)
         confined.argv = tuple(bwrap_argv(self.probe.bwrap, layout, command))
         confined.env = inside
+        confined.listen = tuple(listen)
         return confined
 
     def _parts(self, route: RouteConfig, agent: str, files: tuple[str, ...],
@@ -316,7 +307,7 @@ def require_sandbox(config: Config, found: Probe) -> None:
 
 def tool_paths_of_wakeline() -> tuple[Path, ...]:
     """wakeline's own interpreter, its environment and its package: read-only in every
-    sandbox, so `wakeline agent ...` and the launcher run there."""
+    sandbox, so `wakeline agent ...` runs there."""
     exe = Path(sys.executable)
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
              Path(sys.base_exec_prefix), exe.parent, _real(exe).parent,
@@ -340,13 +331,13 @@ def _inside_env(env: Mapping[str, str], home: Path, hidden: Sequence[Path],
     """The turn's environment as it is inside: HOME is the route's, TMPDIR the private /tmp,
     and a variable that names a path nothing in the sandbox shows is dropped (a socket or a
     config file of the service user's, another HOME)."""
-    covered = unseen(hidden)
+    covered = [str(u) for u in unseen(hidden)]  # strings: this runs for every turn
+    shown = [str(v) for v in visible]
     out = {}
     for name, value in env.items():
         if value.startswith("/") and os.pathsep not in value:
-            path = Path(os.path.normpath(value))
-            if any(within(path, u) for u in covered) and \
-                    not any(within(path, v) for v in visible):
+            path = os.path.normpath(value)
+            if any(within(path, u) for u in covered) and not any(within(path, v) for v in shown):
                 continue
         out[name] = value
     out.pop("XDG_RUNTIME_DIR", None)

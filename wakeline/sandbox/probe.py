@@ -5,7 +5,10 @@ AppArmor restriction of them, a systemd unit's `RestrictNamespaces=` or
 `RestrictAddressFamilies=` (no netlink: no loopback in a new network namespace) and a `/proc`
 partly covered (`ProtectKernelTunables=`: no fresh `/proc` in a PID namespace) each stop it
 only when it runs. So the probe runs `true` in a sandbox made with the same options a turn
-gets (a network namespace only when a route needs one), with a timeout.
+gets (a network namespace only when a route needs one), with a timeout. With a network
+namespace it runs it as the fork server does, listening inside before `true` starts
+(`netns.py`, in an interpreter of its own): joining a sandbox's namespaces can be refused where
+making them is not.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from wakeline.config import Config
+from wakeline.sandbox import netns
 from wakeline.sandbox.layout import Layout, bwrap_argv
 
 TIMEOUT_SECONDS = 10.0
@@ -58,6 +63,8 @@ def probe(bwrap: str, *, network: bool, timeout: float = TIMEOUT_SECONDS) -> Pro
     layout = Layout(workspace=scratch, home=scratch, network="off" if network else "open",
                     hidden=(), secrets=(), tools=())
     argv = bwrap_argv(found, layout, ["true"])
+    if network:
+        argv = [sys.executable, "-I", "-S", netns.__file__, *argv]
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               errors="replace", timeout=timeout, env={"PATH": "/usr/bin:/bin"},
@@ -69,5 +76,6 @@ def probe(bwrap: str, *, network: bool, timeout: float = TIMEOUT_SECONDS) -> Pro
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return Probe(found, False, f"{found} cannot confine here: {said[:300]}", USERNS)
-    what = ", network" if network else ""
-    return Probe(found, True, f"{found}: user, PID, mount, IPC{what} namespaces work")
+    what = ", network namespaces work, and listening in one's loopback" if network \
+        else " namespaces work"
+    return Probe(found, True, f"{found}: user, PID, mount, IPC{what}")

@@ -1,7 +1,7 @@
 """The allow-list proxy of `network = "allow"`: the only way out of such a turn's sandbox.
 
-Each running turn gets a listening Unix socket of its own (bound into its sandbox, where the
-launcher relays `127.0.0.2:3128` to it), so every request is the turn's, without credentials.
+Each running turn gets a listening Unix socket of its own (the fork server relays the turn's
+`127.0.0.2:3128` to it: `netns.py`), so every request is the turn's, without credentials.
 A request is an HTTP `CONNECT host:port` or a plain request in absolute form (`GET
 http://host/path`); anything else gets 400. A destination the route's `allow_hosts` does not
 name gets 403, and the first such request of a turn for each host and port is reported

@@ -14,17 +14,22 @@ stdout and stderr as file descriptors. The helper answers `{"pid": N}` (or `{"er
 `{"exit": code}`. A request with `capture` (byte bounds) sends only stdin: the helper reads
 the child's stdout and stderr itself, within those bounds, and the exit answer carries them
 too. A plain-text agent's turn then costs the service one request and one answer, with no
-pipes to read or wake-ups per chunk on the service's one CPU. When the control socket
+pipes to read or wake-ups per chunk on the service's one CPU. A request with `listen` starts a
+bubblewrap that makes a network namespace of its own: before its agent starts, the helper
+listens on each address given inside that namespace and relays what connects there to the Unix
+socket given (`wakeline/sandbox/netns.py`), until the sandbox ends. When the control socket
 closes (the service stopped or died, even by kill -9) the helper kills every agent group
 still running and exits: an agent never keeps working beside its turn's re-run.
 
 This module imports only the standard library: the helper runs it as a script
-(`python -I forkserver.py FD`), without the service's packages or environment.
+(`python -I forkserver.py FD`), without the service's packages or environment, and loads
+`sandbox/netns.py` (standard library only too) by its path.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import logging
 import os
@@ -89,11 +94,14 @@ def _recv(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any], list[i
 
 
 class _Helper:
-    """The helper's state: the agent groups running now, killed when the service goes."""
+    """The helper's state: the agent groups running now, killed when the service goes, and
+    the sandboxes' networks (see `wakeline/sandbox/netns.py`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, netns: Any) -> None:
         self._lock = threading.Lock()
         self._running: set[int] = set()
+        self._network = netns.SandboxNetwork()
+        self._relay = netns.Relay()
 
     def serve(self, control: socket.socket) -> None:
         """Take connections until the control socket closes; then end every agent group."""
@@ -130,7 +138,9 @@ class _Helper:
 
     def _spawn(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
         capture = request.get("capture")  # [stdout bytes kept, stderr tail bytes], or None
+        listen = request.get("listen")  # [[address, port, Unix socket], ...]: argv is a bwrap's
         pipes: list[int] = []  # the read ends of the child's stdout and stderr, when captured
+        ends: list[int] = []  # the helper's ends of a sandbox's info and block pipes
         try:
             if len(fds) != (1 if capture else 3):
                 raise OSError(0, "a spawn request needs stdin, stdout and stderr"
@@ -142,17 +152,35 @@ class _Helper:
                     pipes.append(read)
                     fds.append(write)  # closed below, once the child has its copy
                     stdio.append(write)
+            argv, given = request["argv"], []
+            if listen:
+                argv, given, (info, block) = self._network.prepare(argv)
+                ends += (info, block)
+                fds += [fd for fd, _ in given]
             with self._lock:  # one spawn at a time (it changes directory); none once stopping
-                pid = _spawn(request["argv"], request["cwd"], request["env"], stdio)
+                pid = _spawn(argv, request["cwd"], request["env"], [*stdio, *given])
                 self._running.add(pid)
         except OSError as exc:
-            for fd in pipes:
+            for fd in pipes + ends:
                 os.close(fd)
             _send(conn, {"error": f"{exc.__class__.__name__}: {exc.strerror or exc}"})
             return
         finally:
             for fd in fds:
                 os.close(fd)
+        if listen:
+            try:  # the agent waits for this, so nothing it connects to is missing
+                self._relay.add(pid, self._network.open(pid, *ends, listen), listen)
+            except (OSError, RuntimeError) as exc:  # RuntimeError: no thread to be had
+                _kill_group(pid)
+                os.waitpid(pid, 0)
+                with self._lock:
+                    self._running.discard(pid)
+                for fd in pipes:
+                    os.close(fd)
+                why = getattr(exc, "strerror", None) or exc
+                _send(conn, {"error": f"{exc.__class__.__name__}: {why}"})
+                return
         try:
             _send(conn, {"pid": pid})
         except OSError:
@@ -162,6 +190,7 @@ class _Helper:
         output = _capture(pid, pipes[0], pipes[1], int(capture[0]), int(capture[1])) \
             if capture else {}
         _, status = os.waitpid(pid, 0)
+        self._relay.close(pid)  # the listeners would keep the sandbox's network alive
         with self._lock:
             self._running.discard(pid)
             _kill_group(pid)  # whatever the agent left running ends with its turn
@@ -229,13 +258,16 @@ def _exit_watch(pid: int) -> tuple[int, Any]:
     return read, lambda: os.close(read)
 
 
-def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], fds: Sequence[int]) -> int:
+def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str],
+           fds: Sequence[int | tuple[int, int]]) -> int:
     """posix_spawn (a vfork in the C library): far less work than `subprocess.Popen`.
 
     It has no working directory of its own, so the helper moves there first; the program
     is looked up on the child's PATH, as `subprocess` does. The child gets a session of
-    its own and default dispositions for the signals the interpreter ignores.
+    its own and default dispositions for the signals the interpreter ignores. `fds` become
+    the child's 0, 1, 2..., or, given as (descriptor, number), that number.
     """
+    moves = [fd if isinstance(fd, tuple) else (fd, target) for target, fd in enumerate(fds)]
     found = shutil.which(argv[0], path=env.get("PATH", os.defpath)) if os.sep not in argv[0] \
         else argv[0]
     if found is None:
@@ -245,7 +277,7 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], fds: Sequence[
         return os.posix_spawn(
             found, list(argv), dict(env), setsid=True,
             setsigdef=(signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ),
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)])
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for fd, target in moves])
     finally:
         os.chdir("/")
 
@@ -263,9 +295,21 @@ def main(argv: Sequence[str]) -> int:
     os.chdir("/")
     os.set_inheritable(int(argv[1]), False)  # no agent inherits it
     control = socket.socket(fileno=int(argv[1]))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    helper = _Helper(_load(os.path.join(package, "sandbox", "netns.py")))
     _send(control, {"ready": True})
-    _Helper().serve(control)
+    helper.serve(control)
     return 0
+
+
+def _load(path: str) -> Any:
+    """A module of the standard library's imports only, by its path (the helper runs `-I`)."""
+    spec = importlib.util.spec_from_file_location("wakeline_helper_" + os.path.basename(path)[:-3],
+                                                  path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # --- the service's side -----------------------------------------------------------------------
@@ -338,10 +382,14 @@ class ForkServer:
             self._ensure_helper()
 
     def spawn(self, argv: Sequence[str], cwd: str, env: Mapping[str, str],
-              stdio: tuple[int, ...], capture: tuple[int, int] | None = None) -> SpawnedChild:
+              stdio: tuple[int, ...], capture: tuple[int, int] | None = None,
+              listen: Sequence[tuple[str, int, str]] = ()) -> SpawnedChild:
         """Start `argv` in its own session with these stdin, stdout and stderr descriptors;
         with `capture` (stdout bytes kept, stderr tail bytes), `stdio` is stdin alone and
-        the helper reads the output, which `SpawnedChild.finish` returns.
+        the helper reads the output, which `SpawnedChild.finish` returns. With `listen`
+        ((address, port, Unix socket path)...), `argv` is a bubblewrap with `--unshare-net`:
+        each address is listened on in its network namespace before the agent starts, and
+        relayed to its Unix socket until the sandbox ends.
 
         Raises:
             SpawnFailed: the program could not be started, or the helper is not there.
@@ -350,9 +398,11 @@ class ForkServer:
         conn = self._connection()
         generation = self._local.generation
         try:
-            request = {"argv": list(argv), "cwd": cwd, "env": dict(env)}
+            request: dict[str, Any] = {"argv": list(argv), "cwd": cwd, "env": dict(env)}
             if capture is not None:
                 request["capture"] = list(capture)
+            if listen:
+                request["listen"] = [list(entry) for entry in listen]
             _send(conn, request, stdio)
             got = _recv(conn)
         except OSError:

@@ -302,13 +302,15 @@ class TurnProcess:
                 if self._cancelled is not None:
                     return None, RunOutcome(exit_code=-self._cancelled)
                 confined = self._confined
-                argv, env = (confined.argv, confined.env) if confined else (spec.argv, spec.env)
+                argv, env, listen = (confined.argv, confined.env, confined.listen) if confined \
+                    else (spec.argv, spec.env, ())
                 if stdout is None or stderr is None:
                     child = self._forkserver.spawn(argv, str(cwd), env, (stdin.fileno(),),
-                                                   capture=(STDOUT_MAX_BYTES, STDERR_TAIL_BYTES))
+                                                   capture=(STDOUT_MAX_BYTES, STDERR_TAIL_BYTES),
+                                                   listen=listen)
                 else:
                     child = self._forkserver.spawn(argv, str(cwd), env,
-                                                   (stdin.fileno(), stdout, stderr))
+                                                   (stdin.fileno(), stdout, stderr), listen=listen)
                 self._pid = child.pid
                 return child, RunOutcome(exit_code=None)
         except OSError as exc:

@@ -109,6 +109,23 @@ def test_a_stop_gives_the_agent_its_sigterm_first(harness: Callable[..., Any]) -
     wait_until(lambda: not processes_with(marker), message="its sleep gone with the sandbox")
 
 
+def test_an_agent_stopped_without_a_network_still_reaches_wakeline_in_its_grace(
+        harness: Callable[..., Any]) -> None:
+    require_bwrap()
+    marker = f"sleep\x003600.{uuid.uuid4().int % 10**9:09d}"  # argv as /proc shows it
+    sleep = marker.replace(chr(0), " ")
+    script = f'trap "wakeline agent thought goodbye; exit 0" TERM; {sleep} & wait'
+    h = harness(command=["/bin/sh", "-c", script], sandbox=REQUIRED, routes=[ROUTE])
+    h.service.turn_env.kill_grace_seconds = 60  # its interpreter may take a while to start
+    h.deliver(session_event(session_id="s-1"))
+    wait_until(lambda: processes_with(marker), timeout=30, message="its sleep running: the "
+                                                                    "trap is set")
+    h.api("POST", f"/v1/conversations/{h.only_conversation()['id']}/stop")
+    # The relay is the fork server's, outside the sandbox: the stop's SIGTERM is not its.
+    wait_until(lambda: "goodbye" in [w.get("body") for w in writes(h.linear)], timeout=30,
+               message="the thought sent from the SIGTERM trap")
+
+
 def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace(
         harness: Callable[..., Any]) -> None:
     require_bwrap()

@@ -28,8 +28,7 @@ def layout(**kw: object) -> Layout:
         "workspace": WORKSPACE, "home": HOME, "network": "off",
         "hidden": (STATE, Path("/home/svc")), "secrets": (Path("/etc/wl/wakeline.toml"),),
         "tools": (Path("/home/svc/.pyenv/versions/3.11"), Path("/usr/lib/python3")),
-        "writable": (Path("/srv/cache"),),
-        "sockets": ((Path("/tmp/wakeline-x/api.sock"), "api.sock"),)}
+        "writable": (Path("/srv/cache"),)}
     base.update(kw)
     return Layout(**base)  # type: ignore[arg-type]
 
@@ -61,9 +60,8 @@ def test_what_is_covered_comes_first_then_tools_then_writable_then_secrets_are_h
     route_home = at(steps, "--bind", str(HOME), str(HOME))
     cache = at(steps, "--bind", "/srv/cache", "/srv/cache")
     secret = at(steps, "--ro-bind", str(DEV_NULL), "/etc/wl/wakeline.toml")
-    socket = at(steps, "--ro-bind", "/tmp/wakeline-x/api.sock", "/run/wakeline/api.sock")
     sealed = at(steps, "--remount-ro", str(STATE))
-    assert root < tmp < state < tool < workspace < route_home < cache < secret < socket < sealed
+    assert root < tmp < state < tool < workspace < route_home < cache < secret < sealed
     assert home < tool
     assert ("--tmpfs", "/run") in steps and ("--remount-ro", "/run") in steps
     assert ("--remount-ro", "/tmp") not in steps  # the private /tmp stays writable

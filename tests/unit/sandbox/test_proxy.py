@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import wait_until
 from wakeline.sandbox.hosts import AllowList, Rule
 from wakeline.sandbox.proxy import AllowProxy, ProxyTurn, _connect
 
@@ -117,6 +118,8 @@ def test_anything_else_gets_403_and_is_reported_once_per_host_and_port(
     with pytest.raises(OSError, match="403"):
         conn.request("GET", "/")
     conn.close()
+    # Reported after the 403 is sent: the last report may come just after the client saw it.
+    wait_until(lambda: len(refused) >= 2, message="both refusals reported")
     assert [(h, p) for h, p, _ in refused] == [("127.0.0.1", upstream), ("127.0.0.1", 22)]
 
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
@@ -14,6 +15,8 @@ from typing import Iterator
 import pytest
 
 from tests.helpers import wait_until
+from tests.support.sandbox import require_bwrap
+from wakeline.sandbox import netns
 from wakeline.turns import forkserver as forkserver_module
 from wakeline.turns.forkserver import Exited, ForkServer, SpawnFailed
 
@@ -178,7 +181,7 @@ def test_without_a_pidfd_the_capture_sees_the_exit_from_a_waiting_thread(
 
 def test_a_captured_spawn_whose_pid_cannot_be_answered_leaves_no_pipe_open(tmp_path: Path) -> None:
     # The helper's own code, in this process: its descriptors are the ones counted here.
-    helper = forkserver_module._Helper()
+    helper = forkserver_module._Helper(netns)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     theirs.close()  # the runner is gone before the pid can reach it
     before = set(os.listdir("/proc/self/fd"))
@@ -193,3 +196,65 @@ def test_a_captured_spawn_whose_pid_cannot_be_answered_leaves_no_pipe_open(tmp_p
         for pid in list(helper._running):
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+# --- a sandbox's own network (wakeline/sandbox/netns.py) --------------------------------------
+
+
+def helper_fds(server: ForkServer) -> set[str]:
+    return set(os.listdir(f"/proc/{server.pid}/fd"))
+
+
+def test_a_sandboxs_own_network_reaches_the_unix_socket_given_until_the_sandbox_ends(
+        forkserver: ForkServer, tmp_path: Path) -> None:
+    bwrap = require_bwrap().bwrap
+    path = tmp_path / "api.sock"
+    heard: list[bytes] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(4)
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                heard.append(conn.recv(100))
+                conn.sendall(b"wakeline here")
+
+        threading.Thread(target=answer, daemon=True).start()
+        sandbox = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net",
+                   "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                   "--"]
+        assert run(forkserver, ["true"], tmp_path)[0] == 0  # its connection to the helper
+        before = helper_fds(forkserver)
+        # The agent connects at once: the listener is there before it starts.
+        agent = [sys.executable, "-I", "-S", "-c",
+                 ("import socket; s = socket.create_connection(('127.0.0.2', 8788)); "
+                  "s.sendall(b'from inside'); print(s.recv(100).decode())")]
+        exited = run_listening(forkserver, [*sandbox, *agent], tmp_path, path)
+    assert exited is not None and (exited.code, exited.stdout) == (0, "wakeline here\n"), exited
+    assert heard == [b"from inside"]
+    wait_until(lambda: helper_fds(forkserver) == before,
+               message="the listeners and the relayed connection closed")
+
+
+def test_a_sandbox_whose_network_cannot_be_reached_does_not_run(
+        forkserver: ForkServer, tmp_path: Path) -> None:
+    bwrap = require_bwrap().bwrap
+    ran = tmp_path / "ran"
+    argv = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--bind", str(tmp_path),
+            str(tmp_path), "--", "touch", str(ran)]  # no --unshare-net: the host's network
+    with pytest.raises(SpawnFailed, match="no network of its own"):
+        run_listening(forkserver, argv, tmp_path)
+    with pytest.raises(SpawnFailed, match="did not say which process"):
+        run_listening(forkserver, [bwrap, "--no-such-option", "--", "true"], tmp_path)
+    assert not ran.exists()
+    assert run(forkserver, ["true"], tmp_path)[0] == 0  # the connection is still good
+
+
+def run_listening(server: ForkServer, argv: list[str], cwd: Path,
+                  path: Path | None = None) -> Exited | None:
+    """A captured spawn whose 127.0.0.2:8788 inside is relayed to `path`."""
+    with open(os.devnull, "rb") as stdin:
+        child = server.spawn(argv, str(cwd), ENV, (stdin.fileno(),), capture=(1000, 1000),
+                             listen=[("127.0.0.2", 8788, str(path or cwd / "nothing.sock"))])
+    return child.finish()
