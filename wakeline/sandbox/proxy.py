@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 HEAD_MAX_BYTES = 16_384
 HEAD_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 16  # a turn's connections through the proxy at once: two threads each
 CHUNK = 65_536
 _HOP_BY_HOP = {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive"}
 
@@ -274,7 +274,8 @@ def _connect(rule: Rule, host: str, port: int) -> tuple[socket.socket | None, st
 
 def _splice(a: socket.socket, b: socket.socket) -> None:
     """Carry bytes both ways until both directions have ended."""
-    back = threading.Thread(target=_pump, args=(b, a), daemon=True)
+    back = threading.Thread(target=_pump, args=(b, a), daemon=True,
+                            name=f"{threading.current_thread().name}-back")
     back.start()
     _pump(a, b)
     back.join()

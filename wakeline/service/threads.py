@@ -64,6 +64,15 @@ def budget(config: Config, *, discord: bool = False) -> list[ThreadKind]:
         ThreadKind("echo-memory", 1, "resolves deliveries held for our own writes (actor)"),
         ThreadKind(r"workspaces_\d+", 1, "removes retired conversations' worktrees"),
     ]
+    allowing = sum(1 for r in config.routes if r.network == "allow")
+    if allowing and config.sandbox.mode != "none":
+        from wakeline.sandbox.proxy import MAX_CONNECTIONS
+
+        kinds += [
+            ThreadKind("sandbox-proxy", 1, "accepts the allow-list proxy's connections"),
+            ThreadKind(r"sandbox-proxy-.+", 2 * MAX_CONNECTIONS * turns,
+                       "a proxied connection, both ways (at most `MAX_CONNECTIONS` a turn)"),
+        ]
     if config.linear.client_id:
         kinds.append(ThreadKind("linear-token-renewal", 1,
                                 "renews the app's token, only while a renewal runs"))

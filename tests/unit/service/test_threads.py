@@ -35,6 +35,16 @@ def test_optional_parts_add_their_threads_only_when_configured(tmp_path: Path) -
     assert matrix == {"matrix", r"matrix-io_\d+", "matrix-connection-.+"}
     dbos = {k.pattern for k in budget(parse_config({"scale": {"engine": "dbos"}}, tmp_path))}
     assert {"dbos", "dbos-waker", r"dbos-executor-_\d+"} <= dbos - plain
+    app = {k.pattern for k in budget(parse_config({"linear": {"client_id": "c"}}, tmp_path))}
+    assert app - plain == {"linear-token-renewal"}
+    allow = {"routes": [{"name": "r", "teams": ["ENG"], "network": "allow",
+                         "allow_hosts": ["api.example.com"]}]}
+    proxy = budget(parse_config(allow, tmp_path))
+    assert {k.pattern for k in proxy} - plain == {"sandbox-proxy", "sandbox-proxy-.+"}
+    # A turn's proxied connections are bounded: two threads each, a few per turn.
+    assert next(k.most for k in proxy if k.pattern == "sandbox-proxy-.+") == 2 * 16 * 4
+    unconfined = budget(parse_config({**allow, "sandbox": {"mode": "none"}}, tmp_path))
+    assert "sandbox-proxy" not in {k.pattern for k in unconfined}
 
 
 def test_over_budget_names_each_unknown_thread_and_each_kind_past_its_most(
