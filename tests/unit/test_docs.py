@@ -1,4 +1,5 @@
-"""docs/configuration.md documents every config key, with the code's defaults.
+"""docs/configuration.md documents every config key, with the code's defaults; the file map
+of docs/architecture.md names every module of the package, and only those.
 
 Keys are written as in the doc: a top-level key bare (`state_dir`), a section key dotted
 (`server.webhook_port`), a key of a `[[routes]]` entry as `routes[].mode`. Each key has a
