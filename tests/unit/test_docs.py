@@ -1,4 +1,5 @@
-"""docs/configuration.md documents every config key, with the code's defaults.
+"""docs/configuration.md documents every config key, with the code's defaults; the file map
+of docs/architecture.md names every module of the package, and only those.
 
 Keys are written as in the doc: a top-level key bare (`state_dir`), a section key dotted
 (`server.webhook_port`), a key of a `[[routes]]` entry as `routes[].mode`. Each key has a
@@ -152,3 +153,33 @@ def test_every_field_has_a_description(model: type[BaseModel]) -> None:
     missing = [n for n, f in model.model_fields.items() if not (f.description or "").strip()]
     assert missing == [], f"{model.__name__} fields without a description: {missing}"
 
+
+
+# --- docs/architecture.md's file map -------------------------------------------------------
+
+ARCHITECTURE = DOC.parent / "architecture.md"
+PACKAGE = DOC.parents[1] / "wakeline"
+MODULE_PATH = re.compile(r"`(wakeline/[\w/]+\.py)`")
+
+
+def _file_map() -> set[str]:
+    """The modules the file map names: every backticked `wakeline/....py` path under
+    `## File map`, up to the next `## ` section."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index("\n## File map")
+    end = text.find("\n## ", start + 1)
+    return set(MODULE_PATH.findall(text[start : end if end != -1 else None]))
+
+
+def _modules() -> set[str]:
+    return {path.relative_to(PACKAGE.parent).as_posix() for path in PACKAGE.rglob("*.py")}
+
+
+def test_the_file_map_lists_every_module() -> None:
+    missing = sorted(_modules() - _file_map())
+    assert missing == [], f"docs/architecture.md's file map lacks {missing}"
+
+
+def test_the_file_map_names_no_module_that_does_not_exist() -> None:
+    gone = sorted(_file_map() - _modules())
+    assert gone == [], f"docs/architecture.md's file map names modules that do not exist: {gone}"
