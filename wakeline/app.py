@@ -160,7 +160,9 @@ def build_service(
     discord_tuning: Any = None,
     sandbox_probe: Probe | None = None,
 ) -> Service:
-    """Make every part of a service; nothing runs until `start`. `agent_cpus`: the CPUs
+    """Make every part of a service. The actors start with their parts (recovery work such
+    as the outbox's begins here); threads that take work from outside start with `start`.
+    `agent_cpus`: the CPUs
     agents may use when the service's own threads were confined to one
     (`cpus.pin_to_one_cpu`); `discord_tuning`: shorter waits (tests); `sandbox_probe`: what
     `serve` found of bubblewrap (probed here when not given).

@@ -1,4 +1,4 @@
-"""One shape for every part of a running service (decision 0035).
+"""One shape for every part of a running service (decision 0036).
 
 A part is an object the composition root (`wakeline.app`) builds from its collaborators
 and lists in start order: the store's and turns' machinery, Linear, the sandbox, the

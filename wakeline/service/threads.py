@@ -52,7 +52,7 @@ def budget(config: Config, *, discord: bool = False) -> list[ThreadKind]:
         ThreadKind(r"operator-request-\d+", config.server.threads,
                    "operator API requests (`server.threads`)"),
         ThreadKind("admission-writer", 1, "commits deliveries in groups"),
-        ThreadKind("ticker", 1, "ticks the supervisor, kicks the tracker"),
+        ThreadKind("ticker", 1, "ticks every part (0.5 s)"),
         ThreadKind("supervisor", 1, "binds conversations to turn slots (actor)"),
         ThreadKind(r"turn-slot-\d+(-.+)?", turns,
                    "a conversation's turns, one at a time (actors, `agent.max_concurrent_turns`)"),
