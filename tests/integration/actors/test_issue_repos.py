@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import issue_event, session_event
 from tests.fakes.linear import FakeLinear
 from tests.helpers import git, kept_journal, make_repo, wait_until
+from wakeline.commands.operate import conversation_text
 
 WEB_PROJECT = "project-web"
 
@@ -88,6 +89,7 @@ def test_the_issues_project_chooses_when_no_label_does(harness: Callable[..., An
     [run] = runs_of(h, cid, 1)
     assert repo_of(run["cwd"]) == repos["web"].resolve()
     assert h.conversation(cid)["repo"] == "web"
+    assert "\nrepo: web " in conversation_text(h.conversation(cid))  # `conversations show`
 
 
 def test_undecided_asks_the_person_with_a_select_and_the_pick_runs_there(
