@@ -625,7 +625,6 @@ class Tracker(pykka.ThreadingActor):
         self._cache.put(key, owner)
         return owner
 
-
     def _issue_labels(self, issue_id: str) -> IssueLabels:
         """On a worker: the cached answer, else one query."""
         assert self._client is not None

@@ -3,8 +3,9 @@
 Where `Authorization` comes from (a static key, or the app's own tokens renewed in the
 background), the one guarded client and its request budget, the `Tracker` actor that
 makes every call, the progress board the turns offer to, the file storage the turns fetch
-the issue's files from, the verifier of signed webhooks, and the app's install. It listens to admissions (answers to send, owners and
-users to look up) and tells the others when an ownership lookup woke a conversation.
+the issue's files from, the verifier of signed webhooks, and the app's install. It listens
+to admissions (answers to send, owners and users to look up) and tells the others when an
+ownership lookup woke a conversation.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pykka
+
 from wakeline.actors.tracker import Tracker
 from wakeline.admission.router import Router
 from wakeline.clock import Clock
 from wakeline.config import Config
+from wakeline.errors import Unavailable
 from wakeline.journal.recorder import Recorder
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
@@ -150,10 +154,13 @@ class LinearPart(BasePart):
         a turn's runner thread, which waits for the answer.
 
         Raises:
-            WakelineError: no credential, or Linear refused or did not answer.
+            WakelineError: no credential, or Linear refused or did not answer in time.
         """
-        future = self.tracker.issue_labels(issue_id).get(timeout=LABELS_WAIT_SECONDS)
-        return future.result(timeout=LABELS_WAIT_SECONDS)  # type: ignore[no-any-return]
+        try:
+            future = self.tracker.issue_labels(issue_id).get(timeout=LABELS_WAIT_SECONDS)
+            return future.result(timeout=LABELS_WAIT_SECONDS)  # type: ignore[no-any-return]
+        except (pykka.Timeout, TimeoutError):
+            raise Unavailable(f"Linear did not answer within {LABELS_WAIT_SECONDS:g} s") from None
 
     # --- the part ----------------------------------------------------------------------------
 
