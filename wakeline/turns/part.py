@@ -3,10 +3,10 @@
 Everything a turn needs (`turns.env.TurnEnv`): the fork server that starts every agent on
 the CPUs the service was given, the runner threads (one per slot), the workspaces, the
 repository chooser and the issue's files, and what a turn tells Linear through the Linear
-part. The `Supervisor` actor binds the turn
-slots to conversations; the engine (`scheduling`) decides where turns run. At start the
-store's FIFO is recovered before anything is admitted; at stop every slot waits out its
-agent's grace before the fork server ends what is left.
+part. The `Supervisor` actor binds the turn slots to conversations; the engine
+(`scheduling`) decides where turns run. At start the store's FIFO is recovered before
+anything is admitted; at stop every slot waits out its agent's grace before the fork
+server ends what is left.
 """
 
 from __future__ import annotations
