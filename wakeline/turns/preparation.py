@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from wakeline.agents.streams import StreamAnswer
+from wakeline.config import RouteConfig
+from wakeline.errors import WorkspaceFailed
 from wakeline.models.fifo import ClaimedTurn
 from wakeline.turns.env import TurnEnv
 from wakeline.turns.files import FileNote
@@ -50,11 +52,30 @@ class Preparation:
             self._progress.offer_options([Option(r.name, r.name) for r in route.repos])
             raise NoAgent(StreamAnswer("elicitation", choice.question))
         self.turn = choice.turn
+        self._leave_other_repo(choice, route)
         placement = env.prepare_workspace(choice.turn, choice.entry, choice.workspace_repo)
         if placement.branch is not None:  # a worktree: of the entry, else of the route's repo
             self.repo = env.config.path(choice.entry.path) if choice.entry is not None \
                 else env.repo_of(route)
         return placement.path
+
+    def _leave_other_repo(self, choice: Choice, route: RouteConfig | None) -> None:
+        """After a reset chose another repository, the worktree of the one chosen before (a
+        turn claimed since cancelled its cleanup) is retired first, as a cleanup would.
+
+        Raises:
+            WorkspaceFailed: it holds work (kept whole, and the turn says where and why).
+        """
+        if choice.entry is None or choice.workspace_repo in (None, choice.entry.name):
+            return
+        old = route.repo_named(choice.workspace_repo) if route is not None else None
+        if old is None:
+            return  # gone from the config: making the worktree says what is in the way
+        retired = self._env.workspaces.retire(self.turn.conversation_id,
+                                              repo=self._env.config.path(old.path))
+        if not retired.removed:
+            raise WorkspaceFailed(f"the worktree of {old.name}, chosen before the reset, is in "
+                                  f"the way of {choice.entry.name}: {retired.detail}")
 
     def compose(self, workspace: Path) -> str:
         """The prompt, once the issue's files are fetched into the ready `workspace`."""

@@ -169,3 +169,24 @@ def test_an_issue_route_uses_the_payloads_labels_else_its_first_repository(
     # The payload named OPS-7's labels: Linear was asked only of OPS-8's.
     assert [r.variables["id"] for r in fake.label_lookups()] == ["issue-8"]
     assert "the route's first repository" in kept_journal(h.service)
+
+
+def test_work_left_in_the_repository_chosen_before_a_reset_is_kept_and_named(
+        harness: Callable[..., Any], repos: dict[str, Path]) -> None:
+    fake = FakeLinear(issues={"issue-1": {"team": "ENG", "labels": ["backend"]}})
+    h = harness("touch", linear=fake, routes=[route(repos)])  # leaves an untracked file
+    h.deliver(session_event(session_id="s-1"))
+    cid = the_conversation(h, "issue-1")["id"]
+    [run] = runs_of(h, cid, 1)
+    assert repo_of(run["cwd"]) == repos["api"].resolve()
+    wait_until(lambda: h.conversation(cid)["state"] == "idle", message="the turn ended")
+    # Relabelled: after a reset, web (the answer cached before went with wakeline's writes).
+    fake.issues["issue-1"]["labels"] = ["frontend"]
+    assert h.api("POST", f"/v1/conversations/{cid}/reset").status_code == 200
+    h.deliver(prompted("go on", "s-1", "issue-1"))
+    conv = wait_until(lambda: (c := h.conversation(cid))["turn"] and c["turn"]["lastError"] and c,
+                      message="the turn failed, saying why")
+    assert conv["turn"]["lastError"].startswith(
+        "workspace_failed: the worktree of api, chosen before the reset, is in the way of web: "
+        "1 changed or untracked file; kept at ")
+    assert (Path(run["cwd"]) / "agent-notes.txt").exists() and len(h.runs()) == 1
