@@ -24,7 +24,7 @@ from wakeline.admission.echoes import EchoPart
 from wakeline.admission.part import AdmissionPart
 from wakeline.admission.router import Router
 from wakeline.clock import Clock, SystemClock
-from wakeline.config import Config
+from wakeline.config import Config, route_repos
 from wakeline.errors import ConfigError
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import OperatorParts, create_operator_app
@@ -71,17 +71,17 @@ def prepare_state(config: Config, environ: Mapping[str, str]) -> Secrets:
 
 
 def check_routes(config: Config) -> None:
-    """A route's repository must be a git repository with its base, before anything runs.
+    """A route's repository (each of its `repos`) must be a git repository with its base,
+    before anything runs.
 
     Raises:
-        ConfigError: naming the route's `repo` key and what is wrong.
+        ConfigError: naming the key (`routes.N.repo`, `routes.N.repos.M.path`) and what is wrong.
     """
     workspaces = Workspaces(config.workspaces_path)
-    for index, route in enumerate(config.routes):
-        if route.repo:
-            reason = workspaces.check_repo(config.path(route.repo), route.default_branch)
-            if reason is not None:
-                raise ConfigError(f"routes.{index}.repo", reason)
+    for key, path, base in route_repos(config):
+        reason = workspaces.check_repo(config.path(path), base)
+        if reason is not None:
+            raise ConfigError(key, reason)
 
 
 @dataclass

@@ -131,6 +131,12 @@ class LinearConfig(_Section):
     max_concurrent_requests: int = Field(
         8, ge=1, le=64, description="Calls to Linear in flight at once."
     )
+    uploads_url: str = Field(
+        "https://uploads.linear.app", pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="Linear's file storage: a link under it (same scheme, host and port, and "
+        "path prefix) in what a turn reads is fetched with the Linear credential into the "
+        "workspace before the agent starts; no other link is ever fetched.",
+    )
 
 
 class InboxConfig(_Section):
@@ -195,6 +201,38 @@ class AgentConfig(_Section):
         3.0, ge=0, le=3600, description="Per agent session, at most one progress write this often; "
         "final answers never wait for it.",
     )
+    max_file_bytes: int = Field(
+        20 * 1_048_576, ge=1, le=1024 * 1_048_576,
+        description="Largest file fetched from `linear.uploads_url` for a turn; a larger one is "
+        "named in the prompt as not fetched.",
+    )
+    max_files_per_turn: int = Field(
+        20, ge=0, le=1000, description="Most files one turn fetches from `linear.uploads_url` "
+        "(files already fetched for the conversation do not count); 0: none is fetched.",
+    )
+    file_timeout_seconds: float = Field(
+        20.0, gt=0, le=600, description="A file from `linear.uploads_url` not fully fetched "
+        "within this long is named in the prompt as not fetched.",
+    )
+
+
+class RepoConfig(_Section):
+    """One repository of a route's `repos`: the issues its labels or projects choose."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9._-]{1,64}$",
+                      description="The repository's name: what the person picks when asked, and "
+                      "what `GET /v1/conversations/{id}` shows as `repo`. Unique in the route.")
+    path: str = Field(..., min_length=1,
+                      description="The git repository (its top-level directory), relative to the "
+                      "config file: worktrees are made in it.")
+    labels: list[str] = Field(default_factory=list,
+                              description="Linear label names: an issue carrying one of them works "
+                              "here (compared without case).")
+    projects: list[str] = Field(default_factory=list,
+                                description="Linear project ids: an issue no label placed, in one "
+                                "of these projects, works here.")
+    default_branch: str = Field("", description="Branch (or commit) new worktrees start from; "
+                                "empty: the route's `default_branch`, else the repo's HEAD.")
 
 
 class RouteConfig(_Section):
@@ -209,6 +247,10 @@ class RouteConfig(_Section):
         default_factory=list, description='Project ids whose events wake turns (mode = "issue").'
     )
     repo: str = Field("", description="Optional git repository: one worktree per issue.")
+    repos: list[RepoConfig] = Field(
+        default_factory=list, description="Several repositories, one chosen per issue by its "
+        "labels, else its project, else asked of the person (excludes `repo`).",
+    )
     default_branch: str = Field(
         "", description="Branch (or commit) new worktrees start from; empty: the repo's HEAD."
     )
@@ -262,6 +304,10 @@ class RouteConfig(_Section):
     @classmethod
     def _known_output(cls, value: str | None) -> str | None:
         return value if value is None else _agent_kind(value)
+
+    def repo_named(self, name: str | None) -> RepoConfig | None:
+        """The entry of `repos` with this name (None when there is none)."""
+        return next((r for r in self.repos if r.name == name), None) if name else None
 
     @field_validator("allow_hosts")
     @classmethod
@@ -595,8 +641,42 @@ def parse_config(raw: dict[str, object], base_dir: Path, *, source: Path | None 
         key = ".".join(str(p) for p in err["loc"]) or "(root)"
         reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         raise ConfigError(key, reason) from None
+    check_route_repos(config)
     check_confined_paths(config)
     return config
+
+
+def route_repos(config: Config) -> list[tuple[str, str, str]]:
+    """(key, path, base branch) of every repository the routes name: a route's `repo`
+    (`routes.N.repo`), each of its `repos` (`routes.N.repos.M.path`)."""
+    found = []
+    for index, route in enumerate(config.routes):
+        if route.repo:
+            found.append((f"routes.{index}.repo", route.repo, route.default_branch))
+        found += [(f"routes.{index}.repos.{n}.path", entry.path,
+                   entry.default_branch or route.default_branch)
+                  for n, entry in enumerate(route.repos)]
+    return found
+
+
+def check_route_repos(config: Config) -> None:
+    """A route has `repo` or `repos`, never both, and no two of its `repos` share a name
+    (whether each path is a git repository is checked before `serve` starts anything).
+
+    Raises:
+        ConfigError: naming the key at fault.
+    """
+    for index, route in enumerate(config.routes):
+        if route.repo and route.repos:
+            raise ConfigError(f"routes.{index}.repos", "repo and repos exclude each other: "
+                                                       "set one of them")
+        seen: dict[str, int] = {}
+        for n, entry in enumerate(route.repos):
+            if entry.name in seen:
+                raise ConfigError(f"routes.{index}.repos.{n}.name",
+                                  f"{entry.name!r} is already the name of "
+                                  f"routes.{index}.repos.{seen[entry.name]}")
+            seen[entry.name] = n
 
 
 def check_confined_paths(config: Config) -> None:

@@ -201,6 +201,13 @@ class WorkspaceFailed(WakelineError):
     code = "workspace_failed"
 
 
+class UploadFailed(WakelineError):
+    """A file of Linear's file storage could not be fetched for a turn (the detail says why:
+    an HTTP status, too big, a timeout); the turn runs anyway and its prompt says so."""
+
+    code = "upload_failed"
+
+
 class ConfinementFailed(WakelineError):
     """A turn could not be confined as its route asks (CONTRACT section 12): it does not run."""
 

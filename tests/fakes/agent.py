@@ -36,6 +36,7 @@ def record(prompt: str) -> None:
         "policy": os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None,
         "phase": os.environ.get("WAKELINE_PHASE"),
         "approvedPlan": "approved-plan" in prompt,
+        "prompt": prompt,
         "at": time.time(),
     }
     with open(path, "a", encoding="utf-8") as fh:

@@ -4,7 +4,9 @@ scripted behaviour.
 On top of the stand-in's answers and records it knows teams and their workflow states,
 issues' places, which users are apps, and Linear's OAuth token endpoint (`FakeOAuth`), and it
 can be told to be slow, fail with a 500, drop the connection, answer RATELIMITED (as Linear
-does, with HTTP 400), or hold an answer until the test lets it go (`hold`).
+does, with HTTP 400), or hold an answer until the test lets it go (`hold`). Its file storage
+(the stand-in's `upload`) can be told, per file name, to fail, hold its answer, redirect, or
+stream without a length (`file_behaviours`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from wakeline.testing.linear import Recorded, Reply, StandInLinear
+from wakeline.testing.linear import FileReply, Recorded, Reply, StandInLinear
 
 UNAUTHENTICATED = {"errors": [{"message": "Authentication required, not authenticated",
                                "extensions": {"code": "AUTHENTICATION_ERROR"}}]}
@@ -104,7 +106,8 @@ class FakeLinear(StandInLinear):
     latency: float = 0.0
     script: list[str] = field(default_factory=list)  # next behaviours: "500", "drop", "ratelimited", "error"
     delays: dict[str, float] = field(default_factory=dict)  # extra seconds when the body holds the key
-    # issue id -> {"project": id | None, "team": key, "state": {"id", "type"}}; others: not found
+    # issue id -> {"project": id | None, "team": key, "state": {"id", "type"}, "labels": [names]};
+    # others: not found
     issues: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Set: the token endpoint is served, and GraphQL requests need one of its live tokens.
     oauth: FakeOAuth | None = None
@@ -115,6 +118,11 @@ class FakeLinear(StandInLinear):
     # User ids `user(id) { app }` calls apps (other OAuth apps); every other user is a person.
     apps: set[str] = field(default_factory=set)
     users_failing: bool = False  # `user(id)` answers an internal error while set
+    # An uploaded file's name -> how its request is answered (after being recorded): "500";
+    # "hold" (nothing until `files_released` is set); "redirect:<url>"; "unsized" (its bytes
+    # with no Content-Length). Others: the stand-in's answer (the file, with the credential).
+    file_behaviours: dict[str, str] = field(default_factory=dict)
+    files_released: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -189,6 +197,34 @@ class FakeLinear(StandInLinear):
             status, answer = self.oauth.token(form)
         return Reply(status, answer)
 
+    def respond_file(self, path: str, headers: dict[str, str]) -> FileReply | None:
+        """The stand-in's answer, unless `file_behaviours` scripts this file's."""
+        behaviour = self.file_behaviours.get(path.split("?", 1)[0].rsplit("/", 1)[-1])
+        if behaviour is None or behaviour == "unsized":
+            reply = super().respond_file(path, headers)
+            if behaviour == "unsized" and reply is not None and reply.status == 200:
+                return FileReply(200, reply.chunks, reply.headers, length=False)
+            return reply
+        with self._lock:
+            self.downloads.append(Recorded(time.time(), headers, {}, False, path))
+        if behaviour == "500":
+            return FileReply(500, [b"internal"])
+        if behaviour == "hold":
+            self.files_released.wait(30)
+            return FileReply(200, [b"too late"])
+        assert behaviour.startswith("redirect:"), behaviour
+        return FileReply(302, [], {"Location": behaviour.removeprefix("redirect:")})
+
+    def stop(self) -> None:
+        """Let held file answers go (their handlers end), then stop serving."""
+        self.files_released.set()
+        super().stop()
+
+    def download_paths(self) -> list[str]:
+        """The paths of every file request received, in order."""
+        with self._lock:
+            return [r.path for r in self.downloads]
+
     def reply(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The stand-in's answers, and teams' workflow states, issues' places and apps."""
         query = str(body.get("query", ""))
@@ -223,6 +259,8 @@ class FakeLinear(StandInLinear):
             project = found.get("project")
             return {"data": {"issue": {"id": issue_id, "project": {"id": project} if project else None,
                                        "team": {"key": found.get("team", "OPS")},
+                                       "labels": {"nodes": [{"name": n} for n in
+                                                            found.get("labels", [])]},
                                        "state": found.get("state", {"id": "state-todo",
                                                                     "type": "unstarted"})}}}
         return super().reply(body)
@@ -234,6 +272,10 @@ class FakeLinear(StandInLinear):
     def lookups(self) -> list[Recorded]:
         """The issue-owner lookups received, in order."""
         return self.naming("WakelineIssueOwner")
+
+    def label_lookups(self) -> list[Recorded]:
+        """The issue-label lookups received, in order."""
+        return self.naming("WakelineIssueLabels")
 
     def user_lookups(self) -> list[str]:
         """The user ids asked about (`user(id) { app }`), in order."""

@@ -82,3 +82,19 @@ def test_a_handler_answers_first_and_anything_unknown_is_an_error(stand_in: Stan
     resp = requests.post(stand_in.url, data=b"not json", timeout=10)
     assert resp.status_code == 200 and "errors" in resp.json()
     assert stand_in.requests[-1].body == {}
+
+
+def test_its_file_storage_answers_only_with_the_credential(stand_in: StandInLinear) -> None:
+    stand_in.files_authorization = "lin_api_KEY"
+    link = stand_in.upload(b"\x89PNG bytes", "shot.png", "image/png")
+    assert link.startswith(stand_in.uploads_url + "/")
+    assert requests.get(link, timeout=10).status_code == 401
+    assert requests.get(link, headers={"Authorization": "other"}, timeout=10).status_code == 401
+    got = requests.get(link, headers={"Authorization": "lin_api_KEY"}, timeout=10)
+    assert (got.status_code, got.content, got.headers["Content-Type"]) == \
+        (200, b"\x89PNG bytes", "image/png")
+    missing = requests.get(stand_in.uploads_url + "/nothing", headers={"Authorization": "lin_api_KEY"},
+                           timeout=10)
+    assert missing.status_code == 404
+    assert [(r.path.rsplit("/", 1)[-1], r.refused) for r in stand_in.downloads] == [
+        ("shot.png", True), ("shot.png", True), ("shot.png", False), ("nothing", False)]

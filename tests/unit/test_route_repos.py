@@ -69,3 +69,79 @@ def test_the_doctor_reports_each_routes_repo(make_config: Callable[..., Config],
     assert checks["route gone repo"]["ok"] is False
     assert "does not exist" in checks["route gone repo"]["detail"]
     assert data["ok"] is False
+
+
+# --- a route's repos (CONTRACT section 14) ----------------------------------------------------
+
+
+def two_repos(first: str, second: str, **extra: Any) -> list[dict[str, Any]]:
+    return [{"name": "eng", "teams": ["ENG"], **extra,
+             "repos": [{"name": "api", "path": first, "labels": ["backend"]},
+                       {"name": "web", "path": second, "projects": ["project-web"]}]}]
+
+
+def test_good_repos_pass(make_config: Callable[..., Config], tmp_path: Path) -> None:
+    from tests.helpers import make_repo
+
+    config = make_config(routes=two_repos(str(make_repo(tmp_path / "api")),
+                                          str(make_repo(tmp_path / "web"))))
+    check_routes(config)
+    assert [r.name for r in config.routes[0].repos] == ["api", "web"]
+
+
+@pytest.mark.parametrize(("routes", "key", "reason"), [
+    (two_repos("a", "b", repo="c"), "routes.0.repos", "repo and repos exclude each other"),
+    ([{"name": "eng", "teams": ["ENG"], "repos": [{"name": "api", "path": "a"},
+                                                  {"name": "api", "path": "b"}]}],
+     "routes.0.repos.1.name", "'api' is already the name of routes.0.repos.0"),
+    ([{"name": "eng", "teams": ["ENG"], "repos": [{"name": "a b", "path": "a"}]}],
+     "routes.0.repos.0.name", "should match pattern"),
+])
+def test_bad_repos_name_the_key(make_config: Callable[..., Config], routes: list[dict[str, Any]],
+                                key: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(routes=routes)
+    assert caught.value.key == key and reason in caught.value.reason
+
+
+def test_a_repos_path_that_is_not_git_names_its_key(make_config: Callable[..., Config],
+                                                    repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    config = make_config(routes=two_repos(str(repo), str(tmp_path / "plain")))
+    with pytest.raises(ConfigError) as caught:
+        check_routes(config)
+    assert caught.value.key == "routes.0.repos.1.path"
+    assert "is not a git repository" in caught.value.reason
+
+
+@pytest.mark.parametrize(("repos", "message"), [
+    ('repo = "api"\nrepos = [{ name = "api", path = "api" }]\n', "routes.0.repos:"),
+    ('repos = [{ name = "api", path = "api" }, { name = "api", path = "plain" }]\n',
+     "routes.0.repos.1.name:"),
+    ('repos = [{ name = "api", path = "api" }, { name = "web", path = "plain" }]\n',
+     "routes.0.repos.1.path:"),
+])
+def test_serve_refuses_bad_repos_with_exit_2(tmp_path: Path, repos: str, message: str) -> None:
+    from tests.helpers import make_repo
+
+    make_repo(tmp_path / "api")
+    (tmp_path / "plain").mkdir()
+    config = tmp_path / "wakeline.toml"
+    config.write_text('[[routes]]\nname = "eng"\nteams = ["ENG"]\n' + repos)
+    result = CliRunner().invoke(cli, ["--config", str(config), "serve"])
+    assert result.exit_code == 2
+    assert f"config error: {message}" in result.output
+    assert not (tmp_path / "var").exists()
+
+
+def test_the_doctor_reports_each_of_a_routes_repos(make_config: Callable[..., Config],
+                                                   store: Store, repo: Path,
+                                                   tmp_path: Path) -> None:
+    config = make_config(routes=two_repos(str(repo), str(tmp_path / "nope")))
+    app = create_operator_app(config, store, Inbox(store), TokenRegistry(OPERATOR_TOKEN),
+                              store.clock, Metrics())
+    client = testing.TestClient(app, headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+    checks = {c["name"]: c for c in client.simulate_get("/v1/doctor").json["checks"]}
+    assert checks["route eng repo api"]["ok"] is True
+    assert checks["route eng repo web"]["ok"] is False
+    assert "routes.0.repos.1.path" in checks["route eng repo web"]["fix"]

@@ -37,6 +37,7 @@ from wakeline.turns.env import (
     agent_path,
     route_command,
 )
+from wakeline.turns.preparation import Preparation
 from wakeline.turns.progress import TurnProgress
 from wakeline.turns.prompts import prompt_for
 from wakeline.turns.runner import RunOutcome, TurnProcess, TurnSpec, gather_seconds
@@ -386,11 +387,14 @@ class ConversationActor(pykka.ThreadingActor):
         if decision.refused is not None:
             self._refuse(turn, decision.refused, sessions)
             return
-        prompt = prompt_for(turn, env.secret_values, phase=phase, plan=plan,
-                            room=env.config.matrix_route(turn.route) is not None)
+        room = env.config.matrix_route(turn.route) is not None
         output = env.config.agent_output(turn.route)
         progress = self._progress_of(turn, sessions)
-        guard = _PlanGuard(env, turn) if phase == "plan" else None
+        # The repository, the workspace, the issue's files and the prompt are made ready on
+        # the runner thread (decision 0038).
+        prep = Preparation(env, turn, sessions, progress, lambda ready, files: prompt_for(
+            ready, env.secret_values, phase=phase, plan=plan, room=room, files=files))
+        guard = _PlanGuard(env, turn, prep) if phase == "plan" else None
         # Issued last: nothing below can fail, so a token never outlives a turn that did not start.
         lane = Lane.ROOM if (turn.tainted or turn.kind == "inbox") else Lane.WORKER
         token = env.tokens.issue_turn_token(lane, turn.conversation_id, turn.turn_id)
@@ -416,18 +420,19 @@ class ConversationActor(pykka.ThreadingActor):
             return sandbox.confine(decision, turn_id=turn.turn_id,
                                    conversation_id=turn.conversation_id,
                                    issue_key=turn.issue_identifier, workspace=workspace,
-                                   argv=argv, env=agent_env, output=output)
+                                   repo=prep.repo, argv=argv, env=agent_env, output=output)
 
         spec = TurnSpec(
             turn_id=turn.turn_id,
             argv=argv,
             cwd=env.workspaces.path_of(turn.conversation_id),
             env=agent_env,
-            prompt=prompt,
+            prompt="",  # composed on the runner thread
             prompt_dir=env.prompts,
             before_start=(lambda: env.await_replies(turn.conversation_id))
             if turn.replies_waiting else None,
-            prepare=guard.prepare if guard else (lambda: env.prepare_workspace(turn)),
+            prepare=guard.prepare if guard else prep.prepare,
+            compose=prep.compose,
             reader=reader_for(output) if output != "text" else None,
             on_progress=progress.offer,
             gather_seconds=gather_seconds(env.config.agent.progress_interval_seconds),
@@ -484,18 +489,19 @@ class _PlanMoot(Exception):
 class _PlanGuard:
     """A planning turn's workspace: as it was before the turn, whatever the agent did."""
 
-    def __init__(self, env: TurnEnv, turn: ClaimedTurn) -> None:
+    def __init__(self, env: TurnEnv, turn: ClaimedTurn, prep: Preparation) -> None:
         self._env = env
         self._turn = turn
+        self._prep = prep
         self._path: Path | None = None
         self._snapshot: Snapshot | None = None
 
     def prepare(self) -> Path:
         """On the runner thread: make the workspace ready, then note what it holds."""
-        self._path = self._env.prepare_workspace(self._turn)
+        self._path = self._prep.prepare()
         # Only a worktree of the route's repository: git run on a `.git` an agent made in a
         # plain directory would run what its config names, as wakeline, outside any sandbox.
-        if self._env.repo_of(self._env.route(self._turn.route)) is not None:
+        if self._prep.repo is not None:
             self._snapshot = self._env.workspaces.snapshot(self._path)
         return self._path
 

@@ -261,7 +261,8 @@ class Supervisor(pykka.ThreadingActor):
                 continue  # a turn may run there: it is retired when the conversation is idle
             self._retiring.add(cid)
             assert self._janitor is not None
-            self._janitor.submit(self._retire, cid, self._env.repo_of(self._env.route(cleanup.route)))
+            self._janitor.submit(self._retire, cid,
+                                 self._env.repo_of(self._env.route(cleanup.route), cleanup.repo))
 
     def _retire(self, conversation_id: str, repo: Path | None) -> None:
         """On the janitor thread: remove a clean worktree, keep a dirty one and say why."""

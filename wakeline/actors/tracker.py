@@ -8,8 +8,9 @@ Without a credential the tracker is the local backend: writes are refused,
 turns still run.
 
 It also looks up, before a conversation's first turn, which route owns an issue
-whose project no signed payload stated (`check_ownership`), through the same
-client and budget; answers are cached until the next mutation. Likewise whether a
+whose project no signed payload stated (`check_ownership`), and an issue's labels
+for a route with `repos` (`issue_labels`), through the same client and budget;
+answers are cached until the next mutation. Likewise whether a
 user is a person or an app (`check_people`), for deliveries held until Linear says. A `linear graphql`
 update carries the intents recorded for it: they are marked dispatched when it
 leaves and settled with its outcome, and echo memory is told both.
@@ -42,10 +43,13 @@ from wakeline.providers.linear.account import VIEWER_QUERY, record_account, reco
 from wakeline.providers.linear.client import LinearClient
 from wakeline.providers.linear.lookups import (
     GONE,
+    LABELS_QUERY,
     OWNER_QUERY,
+    IssueLabels,
     IssueOwner,
     LookupCache,
     is_not_found,
+    parse_labels,
     parse_owner,
 )
 from wakeline.providers.linear.people import USER_QUERY, Kind, People, parse_user
@@ -270,6 +274,19 @@ class Tracker(pykka.ThreadingActor):
         if intents:
             return self._pool.submit(self._write, list(intents), query, variables, operation_name)
         return self._pool.submit(self._client.execute, query, variables, operation_name)
+
+    def issue_labels(self, issue_id: str) -> Future[IssueLabels]:
+        """An issue's labels and project, on the pool (cached like its owner); the caller, a
+        turn's runner thread, waits on the returned future.
+
+        Raises:
+            RequiresConnectedLinear: no credential (the future raises Linear's refusals).
+        """
+        if self._client is None:
+            raise RequiresConnectedLinear("no Linear credential: the issue's labels cannot be "
+                                          "looked up")
+        assert self._pool is not None
+        return self._pool.submit(self._issue_labels, issue_id)
 
     def subscribe_intents(self, listener: Callable[[list[str]], None]) -> None:
         """Be told of intents as their write goes on the wire (the settled ones are published
@@ -607,6 +624,23 @@ class Tracker(pykka.ThreadingActor):
             owner = GONE
         self._cache.put(key, owner)
         return owner
+
+    def _issue_labels(self, issue_id: str) -> IssueLabels:
+        """On a worker: the cached answer, else one query."""
+        assert self._client is not None
+        key = f"labels:{issue_id}"
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        try:
+            found = parse_labels(self._client.execute(LABELS_QUERY, {"id": issue_id},
+                                                      "WakelineIssueLabels"))
+        except ProviderRejected as exc:
+            if not is_not_found(exc):
+                raise
+            found = IssueLabels((), None, gone=True)
+        self._cache.put(key, found)
+        return found
 
 
 def _created_ids(body: dict[str, Any]) -> list[str]:

@@ -142,6 +142,8 @@ def conversation_text(c: dict[str, Any]) -> str:
         ev = c["terminalEvidence"]
         lines.append(f"terminal: {c['outcome']} (state {ev['stateId'] or '-'}, done state "
                      f"{ev['doneStateId'] or 'not configured'})")
+    if c.get("repo"):
+        lines.append(f"repo: {c['repo']} (chosen for the issue; a reset clears it)")
     if c.get("workspace"):
         ws = c["workspace"]
         lines.append(f"workspace: branch {ws['branch']}"

@@ -1,10 +1,12 @@
-"""Conversation bookkeeping outside admission: ownership lookups and workspace cleanups.
+"""Conversation bookkeeping outside admission: ownership lookups, repositories, workspaces.
 
 Ownership: a conversation created by a Comment in a project-scoped route waits
 (`pending`) until the tracker has looked the issue up; what it found is
-recorded here, or the failed attempt with its backoff. Workspaces: the branch a
-conversation's worktree uses, and the cleanup owed after a retirement or reset,
-done by the supervisor once no turn runs in it (and again at start-up).
+recorded here, or the failed attempt with its backoff. Repositories: the entry of
+its route's `repos` a conversation works in, chosen once (a reset clears it), or the
+question that waits for the person's pick (decision 0038). Workspaces: the branch (and
+repository) a conversation's worktree uses, and the cleanup owed after a retirement or
+reset, done by the supervisor once no turn runs in it (and again at start-up).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from peewee import Database
+from peewee import Database, fn
 
-from wakeline.models.fifo import Fifo
-from wakeline.models.states import Ownership
+from wakeline.models.envelopes import parse_envelope
+from wakeline.models.fifo import Fifo, FifoEntry
+from wakeline.models.states import DeliveryState, Ownership, TurnResultKind
 from wakeline.models.tables import Tables
 
 
@@ -36,6 +39,16 @@ class Cleanup:
     conversation_id: str
     route: str | None
     branch: str
+    repo: str | None = None  # the route's `repos` entry it was made in
+
+
+@dataclass(frozen=True)
+class RepoState:
+    """Which of its route's `repos` a conversation works in, or waits to be told."""
+
+    repo: str | None  # chosen (until a reset)
+    asked: int | None  # the person was asked: the first FIFO entry that waits for the pick
+    workspace_repo: str | None  # the entry its worktree was made in
 
 
 class ConversationRecords:
@@ -104,21 +117,72 @@ class ConversationRecords:
                      ownership_next_at=now + int(delay * 1000)).where(c.id == conversation_id).execute()
             return delay
 
-    # --- workspaces ------------------------------------------------------------------------
+    # --- repositories ----------------------------------------------------------------------
+    # Each write names the session the turn was claimed in: a reset since (a new session)
+    # cleared the choice, and a turn that was running then must not set it again.
 
-    def record_workspace(self, conversation_id: str, branch: str | None) -> None:
-        """Remember the worktree's branch, before the agent works on it."""
+    def repo_state(self, conversation_id: str) -> RepoState:
+        """The conversation's repository, chosen or asked for, and its worktree's."""
+        c = self._t.conversations
+        row = c.select(c.repo, c.repo_asked, c.workspace_repo).where(
+            c.id == conversation_id).tuples().first()
+        return RepoState(*row) if row else RepoState(None, None, None)
+
+    def choose_repo(self, conversation_id: str, name: str, session_id: str) -> bool:
+        """Record the repository the conversation works in (from now until a reset)."""
         c = self._t.conversations
         with self._db.atomic():
-            c.update(workspace_branch=branch).where(c.id == conversation_id).execute()
+            return c.update(repo=name, repo_asked=None).where(
+                (c.id == conversation_id) & (c.session_id == session_id)).execute() == 1
+
+    def ask_repo(self, conversation_id: str, session_id: str, first_seq: int) -> bool:
+        """The person is asked which repository: the entries from `first_seq` on (the
+        asking turn's) wait for the pick; a question asked again keeps the first one's."""
+        c = self._t.conversations
+        with self._db.atomic():
+            return c.update(repo_asked=fn.COALESCE(c.repo_asked, first_seq)).where(
+                (c.id == conversation_id) & (c.session_id == session_id)).execute() == 1
+
+    def pick_repo(self, conversation_id: str, name: str, session_id: str, turn_id: str,
+                  before_seq: int) -> tuple[FifoEntry, ...] | None:
+        """The person picked `name`: record it, and let the entries that waited for the pick
+        (completed as the question, from the first asked one up to `before_seq`) ride the
+        running turn `turn_id` again. One transaction; returns every entry the turn now
+        carries, or None when the turn or the question is gone (a reset, another pick)."""
+        c, d, t = self._t.conversations, self._t.deliveries, self._t.turns
+        with self._db.atomic():
+            row = c.select(c.repo_asked).where(
+                (c.id == conversation_id) & (c.session_id == session_id)).tuples().first()
+            if row is None or row[0] is None or not t.select().where(t.id == turn_id).exists():
+                return None
+            d.update(state=DeliveryState.CLAIMED.value, turn_id=turn_id, completed_at=None,
+                     completion=None).where(
+                (d.conversation_id == conversation_id) & (d.id >= row[0]) & (d.id < before_seq)
+                & (d.state == DeliveryState.COMPLETED.value)
+                & (d.completion == TurnResultKind.ELICITATION.value)).execute()
+            c.update(repo=name, repo_asked=None).where(c.id == conversation_id).execute()
+            return tuple(FifoEntry(r.id, r.headline, r.received_at, parse_envelope(r.envelope))
+                         for r in d.select().where(d.turn_id == turn_id).order_by(d.id))
+
+    # --- workspaces ------------------------------------------------------------------------
+
+    def record_workspace(self, conversation_id: str, branch: str | None,
+                         repo: str | None = None) -> None:
+        """Remember the worktree's branch (and the `repos` entry it is of), before the agent
+        works on it."""
+        c = self._t.conversations
+        with self._db.atomic():
+            c.update(workspace_branch=branch, workspace_repo=repo).where(
+                c.id == conversation_id).execute()
 
     def cleanups_due(self, ids: Iterable[str] | None = None) -> list[Cleanup]:
         """Worktrees owed their retirement (of `ids` only, when given)."""
         c = self._t.conversations
-        q = c.select(c.id, c.route, c.workspace_branch).where(c.workspace_cleanup == True)  # noqa: E712
+        q = c.select(c.id, c.route, c.workspace_branch, c.workspace_repo).where(
+            c.workspace_cleanup == True)  # noqa: E712
         if ids is not None:
             q = q.where(c.id.in_(list(ids)))
-        return [Cleanup(r.id, r.route, r.workspace_branch) for r in q]
+        return [Cleanup(r.id, r.route, r.workspace_branch, r.workspace_repo) for r in q]
 
     def workspace_retired(self, conversation_id: str, kept: str | None) -> None:
         """The cleanup ran: removed (`kept` None), or kept whole and why."""

@@ -51,6 +51,8 @@ class IssueInfo(_Frozen):
     project_known: bool = False
     url: str | None = None
     state: WorkflowState | None = None
+    # Label names when the payload states them (Issue events do); None: not known here.
+    labels: tuple[str, ...] | None = None
 
 
 class ActorInfo(_Frozen):
@@ -75,6 +77,7 @@ class DataChange(_Frozen):
     url: str | None = None
     created_at: str | None = None
     comment_body: str | None = None
+    description: str | None = None  # an Issue event's: the issue's description now
     updated_fields: tuple[str, ...] = ()
     # An Issue update that moved the issue: the state it came from (`updatedFrom.stateId`).
     previous_state_id: str | None = None

@@ -442,9 +442,10 @@ class Fifo:
             if turn is not None:
                 self._end(turn.id, TurnResultKind.RESET, now)
             session_id = _new_id("ses")
-            # The agent's own context goes with wakeline's: the next turn starts fresh.
+            # The agent's own context goes with wakeline's, and so does the repository chosen
+            # for it (decision 0038): the next turn starts fresh.
             t.conversations.update(session_id=session_id, reset_at=now, updated_at=now,
-                                   runner_session=None) \
+                                   runner_session=None, repo=None, repo_asked=None) \
                 .where(t.conversations.id == conversation_id).execute()
             self._owe_cleanup(conversation_id)
             completed = self._complete_before_boundary(conversation_id, now)

@@ -450,4 +450,16 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    # The repository per issue (a route's `repos`, decision 0038): the one chosen for the
+    # conversation (a reset clears it), the first FIFO entry that waited while the person was
+    # asked which one (its turn's deliveries ride the turn the pick starts), and the repository
+    # its worktree was made in (its cleanup needs it after a reset cleared the choice).
+    [
+        "ALTER TABLE conversations ADD COLUMN repo TEXT",
+        "ALTER TABLE conversations ADD COLUMN repo_asked INTEGER",
+        "ALTER TABLE conversations ADD COLUMN workspace_repo TEXT",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)

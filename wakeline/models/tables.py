@@ -59,6 +59,9 @@ class Conversation(_Table):
     workspace_branch = TextField(null=True)
     workspace_cleanup = Flag(default=False)
     workspace_kept = TextField(null=True)
+    workspace_repo = TextField(null=True)  # the `repos` entry its worktree was made in
+    repo = TextField(null=True)  # the `repos` entry chosen for it (decision 0038)
+    repo_asked = IntegerField(null=True)  # the first FIFO entry that waits for the pick
     wake_waiting = Flag(default=False)  # an engine job is due (decision 0025)
     wake_gen = IntegerField(default=0)
 

@@ -98,6 +98,7 @@ def _summary(conv: Any, turn: Any, counts: dict[tuple[str, str], int]) -> dict[s
         "turn": _turn(turn),
         "ownership": _ownership(conv),
         "workspace": _workspace(conv),
+        "repo": conv.repo,  # the route's `repos` entry chosen for it (decision 0038)
         "updatedAt": _ms(conv.updated_at),
     }
 

@@ -185,8 +185,9 @@ class Sandbox(BasePart):
 
     def confine(self, decision: Decision, *, turn_id: str, conversation_id: str,
                 issue_key: str | None, workspace: Path, argv: Sequence[str],
-                env: Mapping[str, str], output: str) -> Confined:
-        """The confinement of one turn whose workspace is ready (the runner thread).
+                env: Mapping[str, str], output: str, repo: Path | None = None) -> Confined:
+        """The confinement of one turn whose workspace is ready (the runner thread); `repo`:
+        the repository the workspace is a worktree of (None: a plain directory).
 
         Raises:
             ConfinementFailed: the agent or a path the route names cannot be set up.
@@ -210,9 +211,9 @@ class Sandbox(BasePart):
             parts = self._parts(route, command[0], files, path_env)
         workspace = _real(workspace)
         git = None
-        if route.repo:
+        if repo is not None:
             try:
-                git = worktree_dirs(workspace, config.path(route.repo))
+                git = worktree_dirs(workspace, repo)
             except WorkspaceFailed as exc:
                 raise ConfinementFailed(exc.detail) from None
         bound = (workspace, *(git.writable if git else ()), *parts.bound)

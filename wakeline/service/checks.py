@@ -69,15 +69,27 @@ def route_checks(config: Config) -> list[Check]:
             checks.append(Check(name, True, f"teams {', '.join(route.teams)}, mode {route.mode}"
                                 + (f", projects {', '.join(route.projects)}" if route.projects else "")))
         if route.repo:
-            repo = config.path(route.repo)
-            reason = workspaces.check_repo(repo, route.default_branch)
-            checks.append(Check(f"{name} repo", reason is None,
-                                reason or f"{repo}: git repository, worktrees from "
-                                          f"{route.default_branch or 'HEAD'}",
-                                None if reason is None else
-                                f"point routes.{index}.repo at the top of a git clone (git clone URL "
-                                f"{repo}), and routes.{index}.default_branch at a branch it has"))
+            checks.append(_repo_check(workspaces, f"{name} repo", config.path(route.repo),
+                                      route.default_branch, f"routes.{index}.repo",
+                                      f"routes.{index}.default_branch"))
+        for n, entry in enumerate(route.repos):
+            checks.append(_repo_check(workspaces, f"{name} repo {entry.name}",
+                                      config.path(entry.path),
+                                      entry.default_branch or route.default_branch,
+                                      f"routes.{index}.repos.{n}.path",
+                                      f"routes.{index}.repos.{n}.default_branch"))
     return checks
+
+
+def _repo_check(workspaces: Workspaces, name: str, repo: Path, base: str, key: str,
+                base_key: str) -> Check:
+    """Whether `repo` is a git repository with `base` in it (`key` names it in the fix)."""
+    reason = workspaces.check_repo(repo, base)
+    return Check(name, reason is None,
+                 reason or f"{repo}: git repository, worktrees from {base or 'HEAD'}",
+                 None if reason is None else
+                 f"point {key} at the top of a git clone (git clone URL {repo}), and "
+                 f"{base_key} at a branch it has")
 
 
 def command_checks(config: Config) -> list[Check]:

@@ -6,6 +6,11 @@ answers the writes wakeline makes (agent activities, comments, issue and comment
 every request in order. It is not a Linear: it checks nothing, keeps no issues, and answers
 any other query with an error, unless `handler` answers it first.
 
+It also stands in for Linear's file storage: point `[linear] uploads_url` at `uploads_url`,
+`upload` a file, and put the link it returns in an issue's description or a comment; a
+request for it is answered only with an `Authorization` header (`files_authorization`, when
+set, exactly that one), as Linear's storage answers only with the workspace's credential.
+
 wakeline's own tests run on it: their fake (`tests/fakes/linear.py`) extends it with scripted
 failures, latency, held answers and Linear's OAuth token endpoint, by overriding `respond`
 (how a request is answered) and `reply` (what the stand-in knows).
@@ -17,11 +22,13 @@ import json
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 MAX_BODY_BYTES = 1_048_576
+UPLOADS_PATH = "/uploads"
 # The writes wakeline makes, each with the object its answer names (None: a bare success).
 WRITES: dict[str, str | None] = {"agentActivityCreate": "agentActivity", "commentCreate": "comment",
                                  "issueUpdate": None, "commentUpdate": None}
@@ -49,6 +56,7 @@ class Recorded:
     headers: dict[str, str]
     body: dict[str, Any]  # the JSON object sent (empty if it was none)
     refused: bool = False  # answered 401: a subclass that checks tokens found no live one
+    path: str = ""  # a file request's path (GraphQL requests: empty)
 
     @property
     def query(self) -> str:
@@ -80,6 +88,18 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class FileReply:
+    """An answer to a file request: its status, its bytes (in the chunks given, each written
+    as it comes) and headers. `length`: send `Content-Length` (else the body ends with the
+    connection)."""
+
+    status: int
+    chunks: Iterable[bytes] = ()
+    headers: dict[str, str] = field(default_factory=dict)
+    length: bool = True
+
+
 @dataclass(eq=False, kw_only=True)
 class StandInLinear:
     """Linear's GraphQL API as wakeline uses it, on a free loopback port.
@@ -97,6 +117,10 @@ class StandInLinear:
         default_factory=lambda: {"id": "stand-in-org", "name": "Stand-in workspace"})
     handler: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
     requests: list[Recorded] = field(default_factory=list)
+    # Linear's file storage: path -> (bytes, content type); every request for a file, in order.
+    files: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    files_authorization: str | None = None
+    downloads: list[Recorded] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Re-entrant: a subclass may hold it across `receive` and its own bookkeeping.
@@ -129,6 +153,27 @@ class StandInLinear:
                 self.end_headers()
                 self.wfile.write(raw)
 
+            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+                reply = stand_in.respond_file(self.path, dict(self.headers))
+                if reply is None:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                chunks = list(reply.chunks) if reply.length else reply.chunks
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                if reply.length:
+                    self.send_header("Content-Length", str(sum(len(c) for c in chunks)))
+                self.end_headers()
+                try:
+                    for chunk in chunks:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                except OSError:
+                    pass  # the client gave up (too big, too slow): nothing more to send
+                self.close_connection = True
+
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="stand-in-linear",
@@ -146,6 +191,34 @@ class StandInLinear:
         """The GraphQL endpoint."""
         assert self._server is not None, "start() it first"
         return f"http://127.0.0.1:{self._server.server_address[1]}/graphql"
+
+    @property
+    def uploads_url(self) -> str:
+        """The file storage's base, for `[linear] uploads_url`."""
+        return self.url.removesuffix("/graphql") + UPLOADS_PATH
+
+    def upload(self, data: bytes, name: str = "file", content_type: str = "application/octet-stream"
+               ) -> str:
+        """Store a file; its link, as Linear puts it in Markdown (`![name](link)`)."""
+        path = f"{UPLOADS_PATH}/{self.organization['id']}/{uuid.uuid4()}/{name}"
+        with self._lock:
+            self.files[path] = (data, content_type)
+        return self.url.removesuffix("/graphql") + path
+
+    def respond_file(self, path: str, headers: dict[str, str]) -> FileReply | None:
+        """Answer one GET: record it, then the file, to a request with the credential (401
+        without, 404 for what it does not hold). A subclass overrides it to add behaviours
+        (statuses, delays, redirects); None drops the connection unanswered."""
+        authorization = headers.get("Authorization")
+        allowed = bool(authorization) and self.files_authorization in (None, authorization)
+        with self._lock:
+            self.downloads.append(Recorded(time.time(), headers, {}, not allowed, path))
+            found = self.files.get(path.split("?", 1)[0])
+        if not allowed:
+            return FileReply(401, [b"not authenticated"], {"Content-Type": "text/plain"})
+        if found is None:
+            return FileReply(404, [b"not found"], {"Content-Type": "text/plain"})
+        return FileReply(200, [found[0]], {"Content-Type": found[1]})
 
     def respond(self, path: str, headers: dict[str, str], raw: bytes) -> Reply | None:
         """Answer one POST (to any path): record it, then answer as Linear would.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from wakeline.clock import Clock
-from wakeline.config import Config, RouteConfig
+from wakeline.config import Config, RepoConfig, RouteConfig
 from wakeline.models.fifo import ClaimedTurn
 from wakeline.models.states import TurnResultKind
 from wakeline.models.store import Store
@@ -26,10 +26,12 @@ from wakeline.providers.linear.progress import Item
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.sandbox.part import Sandbox
 from wakeline.service.events import Events
+from wakeline.turns.files import IssueFiles
 from wakeline.turns.forkserver import ForkServer
 from wakeline.turns.progress import TurnProgress
+from wakeline.turns.repos import RepoChooser
 from wakeline.turns.tokens import TokenRegistry
-from wakeline.turns.workspaces import Workspaces
+from wakeline.turns.workspaces import Placement, Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,9 @@ class TurnEnv:
     live: dict[str, TurnProgress] = field(default_factory=dict)  # turn id -> its progress
     workflow: WorkflowRegistry | None = None  # planning routes' managed states and account
     sandbox: Sandbox | None = None  # confines every turn (CONTRACT section 12); None: never
+    # The repository per issue of routes with `repos`, and the issue's files (section 14).
+    repos: RepoChooser | None = None
+    files: IssueFiles | None = None
 
     def await_replies(self, conversation_id: str) -> None:
         """Block (a runner thread, never an actor) until the conversation's earlier writes
@@ -126,21 +131,33 @@ class TurnEnv:
         """The configured route of this name."""
         return next((r for r in self.config.routes if r.name == name), None)
 
-    def repo_of(self, route: RouteConfig | None) -> Path | None:
-        """The route's git repository, resolved against the config file, or None."""
+    def repo_of(self, route: RouteConfig | None, name: str | None = None) -> Path | None:
+        """The route's git repository (the entry `name` of its `repos`), resolved against the
+        config file, or None."""
+        if route is not None and route.repos:
+            entry = route.repo_named(name)
+            return self.config.path(entry.path) if entry is not None else None
         return self.config.path(route.repo) if route is not None and route.repo else None
 
-    def prepare_workspace(self, turn: ClaimedTurn) -> Path:
-        """The turn's workspace, made ready on the runner thread; a new branch is recorded
+    def prepare_workspace(self, turn: ClaimedTurn, entry: RepoConfig | None = None,
+                          recorded_repo: str | None = None) -> Placement:
+        """The turn's workspace, made ready on the runner thread (a worktree of `entry`, the
+        `repos` entry chosen for it, when its route has them); a new branch is recorded
         before the agent works on it, so a later turn (or a cleanup) finds it."""
         route = self.route(turn.route)
+        base = route.default_branch if route else ""
+        repo = self.repo_of(route)
+        if entry is not None:
+            repo, base = self.config.path(entry.path), entry.default_branch or base
         placement = self.workspaces.prepare(
-            turn.conversation_id, repo=self.repo_of(route),
-            base=route.default_branch if route else "", identifier=turn.issue_identifier,
+            turn.conversation_id, repo=repo, base=base, identifier=turn.issue_identifier,
             title=issue_title(turn), branch=turn.workspace_branch)
-        if placement.branch != turn.workspace_branch and placement.branch is not None:
-            self.store.conversations.record_workspace(turn.conversation_id, placement.branch)
-        return placement.path
+        name = entry.name if entry is not None else None
+        if placement.branch is not None and \
+                (placement.branch != turn.workspace_branch or name != recorded_repo):
+            self.store.conversations.record_workspace(turn.conversation_id, placement.branch,
+                                                      name)
+        return placement
 
     @property
     def prompts(self) -> Path:

@@ -1,11 +1,12 @@
 """The turns as a part of the service: the slots, the runners, the fork server.
 
 Everything a turn needs (`turns.env.TurnEnv`): the fork server that starts every agent on
-the CPUs the service was given, the runner threads (one per slot), the workspaces, and
-what a turn tells Linear through the Linear part. The `Supervisor` actor binds the turn
-slots to conversations; the engine (`scheduling`) decides where turns run. At start the
-store's FIFO is recovered before anything is admitted; at stop every slot waits out its
-agent's grace before the fork server ends what is left.
+the CPUs the service was given, the runner threads (one per slot), the workspaces, the
+repository chooser and the issue's files, and what a turn tells Linear through the Linear
+part. The `Supervisor` actor binds the turn slots to conversations; the engine
+(`scheduling`) decides where turns run. At start the store's FIFO is recovered before
+anything is admitted; at stop every slot waits out its agent's grace before the fork
+server ends what is left.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from wakeline.service.events import Events
 from wakeline.service.metrics import Metrics
 from wakeline.service.parts import BasePart
 from wakeline.turns.env import TurnEnv
+from wakeline.turns.files import IssueFiles
 from wakeline.turns.forkserver import ForkServer
+from wakeline.turns.repos import RepoChooser
 from wakeline.turns.tokens import TokenRegistry
 from wakeline.turns.workspaces import Workspaces
 
@@ -61,7 +64,12 @@ class TurnsPart(BasePart):
                                        thread_name_prefix="turn-runner"),
             kick_tracker=linear.kick, linear_usable=linear.usable,
             progress_to_linear=linear.progress, progress_ended=linear.progress_ended,
-            journal_progress=recorder.progress, lines_skipped=metrics.stream_lines_were_skipped)
+            journal_progress=recorder.progress, lines_skipped=metrics.stream_lines_were_skipped,
+            # The repository per issue and the issue's files (CONTRACT section 14).
+            repos=RepoChooser(store, linear.issue_labels, events.lifecycle)
+            if any(r.repos for r in config.routes) else None,
+            files=IssueFiles(linear.uploads, max_bytes=config.agent.max_file_bytes,
+                             max_files=config.agent.max_files_per_turn))
         linear.tracker.subscribe(self.env.settled.notify)
         # Hosts sharing the database: the engine hands this supervisor the turns it runs here.
         engine = shared_engine(config, shared_database, store, run_turn=self._run_one,

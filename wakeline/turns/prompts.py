@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import secrets as _random
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from wakeline.models.envelopes import AgentSession, ControlMessage, DataChange, MatrixMessage
 from wakeline.models.fifo import ClaimedTurn, FifoEntry
 from wakeline.secrets import redact
+from wakeline.turns.files import FileNote
 
 QUOTE_MAX_CHARS = 8_000
 _ELLIPSIS = "…"
@@ -44,6 +45,9 @@ PLAN_INSTRUCTIONS = """This is a planning turn: nothing you change is kept. Read
 then answer with a plan only, in Markdown: the steps you would take (a numbered or bulleted
 list), the files involved, and the risks. A person approves the plan before anyone changes
 code; earlier revisions and the comments on them are quoted below when there are any."""
+
+FILES_INTRO = ("Files that the quoted text links to in Linear's file storage, fetched into your "
+               "working directory (open them as you open any file):")
 
 EXECUTE_INSTRUCTIONS = """A person approved the plan below: carry it out now. Stay within it; if it turns
 out wrong, stop and say why instead of improvising a different change."""
@@ -101,6 +105,7 @@ def _data_change_parts(env: DataChange) -> dict[str, object]:
         "actor": env.actor.name if env.actor else None,
         "issue": env.issue.model_dump(exclude_none=True) if env.issue else None,
         "comment": env.comment_body,
+        "description": env.description,
         "changedFields": list(env.updated_fields) or None,
     }
 
@@ -125,10 +130,19 @@ def headlines(entries: Iterable[FifoEntry]) -> list[str]:
     return [f"- {e.headline}" for e in entries]
 
 
+def files_notice(files: Sequence[FileNote]) -> list[str]:
+    """The lines that name each linked file's place in the workspace, or why it has none."""
+    if not files:
+        return []
+    return ["", FILES_INTRO, *(f"- {f.url} -> {f.path}" if f.path else
+                               f"- {f.url}: not fetched ({f.reason})" for f in files)]
+
+
 def issue_prompt(turn: ClaimedTurn, secret_values: list[str], *, phase: str | None = None,
-                 plan: str | None = None) -> str:
+                 plan: str | None = None, files: Sequence[FileNote] = ()) -> str:
     """The prompt of one issue-conversation turn; a planning route's turn says its `phase`
-    (`plan` or `execute`) and quotes the approved (or the previous) `plan`."""
+    (`plan` or `execute`) and quotes the approved (or the previous) `plan`; `files` are the
+    issue's files fetched for it (decision 0038)."""
     title = turn.title or turn.issue_identifier or turn.conversation_id
     lines = [ISSUE_INSTRUCTIONS, *(["", PUBLIC_NOTICE] if turn.tainted else [])]
     if phase == "plan":
@@ -143,6 +157,7 @@ def issue_prompt(turn: ClaimedTurn, secret_values: list[str], *, phase: str | No
     lines += headlines(turn.entries)
     for entry in turn.entries:
         lines += ["", fence(f"delivery={entry.seq}", quote_entry(entry))]
+    lines += files_notice(files)
     return redact("\n".join(lines) + "\n", secret_values)
 
 
@@ -165,12 +180,32 @@ def room_prompt(turn: ClaimedTurn, secret_values: list[str]) -> str:
 
 
 def prompt_for(turn: ClaimedTurn, secret_values: list[str], *, phase: str | None = None,
-               plan: str | None = None, room: bool = False) -> str:
+               plan: str | None = None, room: bool = False,
+               files: Sequence[FileNote] = ()) -> str:
     """The prompt of any turn; `room`: the conversation is a Matrix room's (a turn woken only
-    by its control thread is still a room's turn)."""
+    by its control thread is still a room's turn); `files`: an issue turn's linked files."""
     if turn.kind == "inbox":
         return inbox_prompt(turn, secret_values)
     if room or (turn.entries and all(isinstance(e.envelope, MatrixMessage)
                                      for e in turn.entries)):
         return room_prompt(turn, secret_values)
-    return issue_prompt(turn, secret_values, phase=phase, plan=plan)
+    return issue_prompt(turn, secret_values, phase=phase, plan=plan, files=files)
+
+
+def texts_of(turn: ClaimedTurn) -> list[str]:
+    """Every piece of text a turn's deliveries carry (where its linked files are found)."""
+    found: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    for entry in turn.entries:
+        walk(entry.envelope.model_dump())
+    return found

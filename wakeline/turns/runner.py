@@ -28,7 +28,7 @@ import signal
 import threading
 from concurrent.futures import Executor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
@@ -81,6 +81,18 @@ class TurnSpec:
     # A confined turn (CONTRACT section 12): given the ready workspace, on the runner thread,
     # what to spawn instead of `argv` and `env` (bwrap around the agent), and how to signal it.
     confine: Callable[[Path], Confined] | None = None
+    # Given the ready workspace, on the runner thread: the prompt to send instead of `prompt`
+    # (the issue's files fetched into the workspace and named in it).
+    compose: Callable[[Path], str] | None = None
+
+
+class NoAgent(Exception):
+    """Raised by a spec's `prepare`: the turn ends with `answer` and no agent runs (the
+    person must first say which repository it works in)."""
+
+    def __init__(self, answer: StreamAnswer) -> None:
+        super().__init__(answer.kind)
+        self.answer = answer
 
 
 @dataclass(frozen=True)
@@ -281,8 +293,12 @@ class TurnProcess:
                 cancelled = self._cancelled
             if spec.prepare is not None and cancelled is None:
                 cwd = spec.prepare()
+            if spec.compose is not None and cancelled is None:
+                spec = replace(spec, prompt=spec.compose(cwd))
             if spec.confine is not None and cancelled is None:
                 self._confined = spec.confine(cwd)
+        except NoAgent as ended:
+            return RunOutcome(exit_code=None, stdout=ended.answer.text, answer=ended.answer)
         except WakelineError as exc:
             return RunOutcome(exit_code=None, spawn_error=f"{exc.code}: {exc.detail or exc.code}")
         try:

@@ -145,3 +145,22 @@ def test_the_routes_home_is_kept_between_turns(harness: Callable[..., Any]) -> N
                message="the second turn answered")
     second = json.loads([w for w in writes(h.linear) if w["kind"] == "response"][-1]["body"])
     assert second["run"]["sh -c cat $HOME/memo.txt; echo kept > $HOME/memo.txt"] == "ok: 0 kept"
+
+
+def test_the_issues_files_are_inside_the_workspace_a_confined_turn_sees(
+        harness: Callable[..., Any]) -> None:
+    from tests.fakes.linear import FakeLinear
+    from wakeline.turns.files import file_name
+
+    fake = FakeLinear(files_authorization=LINEAR_KEY).start()
+    link = fake.upload(b"ERROR the clock went backwards\n", "app.log", "text/plain")
+    local = f".wakeline/files/{file_name(link, 'text/plain')}"
+    h = harness("probe", json.dumps({"read": [local], "list": [".wakeline/files"]}),
+                script=CONFINED, sandbox={"mode": "required"}, routes=[ROUTE], linear=fake,
+                linear_config={"uploads_url": fake.uploads_url})
+    h.deliver(session_event(session_id="s-1", promptContext=f"<issue>see {link}</issue>"))
+    sent = answered(h.linear, timeout=30)
+    assert sent[-1]["kind"] == "response", sent[-1]
+    said = json.loads(sent[-1]["body"])
+    assert said["read"][local] == "ok: ERROR the clock went backwards\n"
+    assert said["list"][".wakeline/files"] == f"ok: {[local.rsplit('/', 1)[1]]}"

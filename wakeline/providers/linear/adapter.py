@@ -34,6 +34,7 @@ from wakeline.providers.linear.payloads import (
     DataChangePayload,
     IssueData,
     IssueRefPayload,
+    LabelRef,
 )
 from wakeline.providers.linear.signature import signature_valid
 
@@ -253,12 +254,20 @@ def _issue_from_ref(ref: IssueRefPayload | None, issue_id: str | None) -> IssueI
         project_id=ref.project_id,
         url=ref.url,
         state=_state(ref.state),
+        labels=_labels(ref.labels),
     )
+
+
+def _labels(labels: list[LabelRef] | None) -> tuple[str, ...] | None:
+    """The label names a payload states; None when it states none (not known there)."""
+    if labels is None:
+        return None
+    return tuple(label.name for label in labels if label.name)
 
 
 def _data_change(raw: JsonObject, change: DataChangePayload) -> tuple[DataChange, Subject | None]:
     issue: IssueInfo | None = None
-    comment_body = None
+    comment_body = description = None
     if change.type == "Issue":
         data = IssueData.model_validate(raw["data"])
         state = _state(data.state)
@@ -273,7 +282,9 @@ def _data_change(raw: JsonObject, change: DataChangePayload) -> tuple[DataChange
             project_known=True,
             url=change.url,
             state=state,
+            labels=_labels(data.labels),
         )
+        description = data.description
     elif change.type == "Comment":
         comment = CommentData.model_validate(raw["data"])
         issue = _issue_from_ref(comment.issue, comment.issue_id)
@@ -288,6 +299,7 @@ def _data_change(raw: JsonObject, change: DataChangePayload) -> tuple[DataChange
         url=change.url,
         created_at=change.created_at,
         comment_body=comment_body,
+        description=description,
         updated_fields=tuple(sorted(change.updated_from or ())),
         previous_state_id=_previous_state(change),
     )

@@ -1,9 +1,10 @@
 """What routes look up in Linear, and the cache that keeps the answers between writes.
 
-The one lookup today is an issue's owner: its project, team and state, asked
-once before the first turn of a conversation whose project no signed payload
-stated. Answers are cached until any mutation goes through the tracker (the
-outbox or `linear graphql`), which may have changed them, or until they are
+An issue's owner: its project, team and state, asked once before the first turn of a
+conversation whose project no signed payload stated. An issue's labels and project, asked
+once before a turn of a route with `repos` chooses the repository, when no payload named
+its labels (decision 0038). Answers are cached until any mutation goes through the tracker
+(the outbox or `linear graphql`), which may have changed them, or until they are
 `CACHE_TTL_SECONDS` old; queries keep them.
 """
 
@@ -19,6 +20,10 @@ from wakeline.errors import ProviderRejected
 OWNER_QUERY = (
     "query WakelineIssueOwner($id: String!) "
     "{ issue(id: $id) { id project { id } team { key } state { id type } } }"
+)
+LABELS_QUERY = (
+    "query WakelineIssueLabels($id: String!) "
+    "{ issue(id: $id) { id project { id } labels { nodes { name } } } }"
 )
 CACHE_TTL_SECONDS = 300.0
 CACHE_MAX_ENTRIES = 1_000
@@ -58,6 +63,27 @@ def parse_owner(body: dict[str, Any]) -> IssueOwner:
     state = issue.get("state")
     return IssueOwner(_id(issue.get("project")), _id(issue.get("team"), "key"), _id(state),
                       _id(state, "type"))
+
+
+@dataclass(frozen=True)
+class IssueLabels:
+    """An issue's label names and project (None: no project); `gone` if deleted."""
+
+    labels: tuple[str, ...]
+    project_id: str | None
+    gone: bool = False
+
+
+def parse_labels(body: dict[str, Any]) -> IssueLabels:
+    """Read the `LABELS_QUERY` answer; a null issue means it no longer exists."""
+    issue = (body.get("data") or {}).get("issue")
+    if not isinstance(issue, dict):
+        return IssueLabels((), None, gone=True)
+    nodes = (issue.get("labels") or {}).get("nodes") if isinstance(issue.get("labels"), dict) \
+        else None
+    names = tuple(n["name"] for n in nodes or () if isinstance(n, dict)
+                  and isinstance(n.get("name"), str))
+    return IssueLabels(names, _id(issue.get("project")))
 
 
 def is_not_found(error: ProviderRejected) -> bool:

@@ -2,9 +2,10 @@
 
 Where `Authorization` comes from (a static key, or the app's own tokens renewed in the
 background), the one guarded client and its request budget, the `Tracker` actor that
-makes every call, the progress board the turns offer to, the verifier of signed
-webhooks, and the app's install. It listens to admissions (answers to send, owners and
-users to look up) and tells the others when an ownership lookup woke a conversation.
+makes every call, the progress board the turns offer to, the file storage the turns fetch
+the issue's files from, the verifier of signed webhooks, and the app's install. It listens
+to admissions (answers to send, owners and users to look up) and tells the others when an
+ownership lookup woke a conversation.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pykka
+
 from wakeline.actors.tracker import Tracker
 from wakeline.admission.router import Router
 from wakeline.clock import Clock
 from wakeline.config import Config
+from wakeline.errors import Unavailable
 from wakeline.journal.recorder import Recorder
 from wakeline.models.store import Store
 from wakeline.providers.linear.adapter import LinearWebhooks
@@ -29,11 +33,13 @@ from wakeline.providers.linear.credentials import (
 )
 from wakeline.providers.linear.doctor import linear_checks, planning_checks
 from wakeline.providers.linear.install import Installed, Installer
+from wakeline.providers.linear.lookups import IssueLabels
 from wakeline.providers.linear.oauth import TokenEndpoint
 from wakeline.providers.linear.people import People
 from wakeline.providers.linear.progress import Item, ProgressBoard
 from wakeline.providers.linear.shared_tokens import SharedTokens
 from wakeline.providers.linear.token_file import TokenFile
+from wakeline.providers.linear.uploads import Uploads
 from wakeline.providers.linear.workflow import WorkflowRegistry
 from wakeline.secrets import Secrets
 from wakeline.service.events import Events
@@ -45,6 +51,8 @@ log = logging.getLogger(__name__)
 # Ownership and user lookups wait at least 5 s after a failure: every fourth beat is soon
 # enough; planning's set-up is asked as often (it does nothing once the routes are set).
 LOOKUPS_EVERY_TICKS = 4
+# A turn waits this long for an issue's labels: the client's own timeouts, and a margin.
+LABELS_WAIT_SECONDS = 40.0
 
 
 def token_endpoint(config: Config, secrets: Secrets, clock: Clock) -> TokenEndpoint | None:
@@ -105,6 +113,9 @@ class LinearPart(BasePart):
         self.tracker.subscribe_ownership(self._ownership_settled)
         self.tracker.subscribe(lambda w: recorder.outbound(w.effect_id, w.kind.value, w.target,
                                                            w.state.value))
+        # Linear's file storage, with the same credential (decision 0038).
+        self.uploads = Uploads(config.linear.uploads_url, self.credential,
+                               timeout_seconds=config.agent.file_timeout_seconds)
         self.webhooks = self._webhooks(config, secrets)
         self.installer: Installer | None = None
         if isinstance(self.credential, AppCredential) and self.client is not None:
@@ -137,6 +148,19 @@ class LinearPart(BasePart):
         """A turn's progress is over (its answer goes next)."""
         if self.board.close(sessions):  # most turns showed nothing: no message to send
             self.tracker.progress_waiting.defer()
+
+    def issue_labels(self, issue_id: str) -> IssueLabels:
+        """An issue's labels and project, looked up once on the tracker's pool (cached); for
+        a turn's runner thread, which waits for the answer.
+
+        Raises:
+            WakelineError: no credential, or Linear refused or did not answer in time.
+        """
+        try:
+            future = self.tracker.issue_labels(issue_id).get(timeout=LABELS_WAIT_SECONDS)
+            return future.result(timeout=LABELS_WAIT_SECONDS)  # type: ignore[no-any-return]
+        except (pykka.Timeout, TimeoutError):
+            raise Unavailable(f"Linear did not answer within {LABELS_WAIT_SECONDS:g} s") from None
 
     # --- the part ----------------------------------------------------------------------------
 

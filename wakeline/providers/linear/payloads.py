@@ -38,6 +38,13 @@ class ProjectRef(_Loose):
     name: str | None = None
 
 
+class LabelRef(_Loose):
+    """A label as payloads embed it."""
+
+    id: str | None = None
+    name: str | None = None
+
+
 class IssueRefPayload(_Loose):
     """An issue embedded in another object (a comment, an agent session)."""
 
@@ -49,6 +56,7 @@ class IssueRefPayload(_Loose):
     team: TeamRef | None = None
     project_id: str | None = Field(None, alias="projectId")
     state: StateRef | None = None
+    labels: list[LabelRef] | None = None
 
 
 class IssueData(_Loose):
@@ -63,6 +71,8 @@ class IssueData(_Loose):
     project: ProjectRef | None = None
     state_id: str | None = Field(None, alias="stateId")
     state: StateRef | None = None
+    description: str | None = None
+    labels: list[LabelRef] | None = None
 
 
 class CommentData(_Loose):
