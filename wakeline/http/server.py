@@ -95,6 +95,10 @@ class Listener:
             channel_timeout=60,
             connection_limit=1000,
             clear_untrusted_proxy_headers=False,
+            # A connection stays readable while its request runs, so a client that left is
+            # seen (`waitress.client_disconnected`): an open event stream whose page closed
+            # gives its thread back within a second, not at its next write.
+            channel_request_lookahead=1,
         )
         self._dispatcher = _NamedDispatcher(name)
         self._dispatcher.set_thread_count(threads)
@@ -105,7 +109,8 @@ class Listener:
             # In the same map: the one loop thread serves both sockets.
             unix_adj = Adjustments(unix_socket=unix_socket, unix_socket_perms="600",
                                    threads=threads, max_request_body_size=max_body_bytes + 1,
-                                   ident="wakeline", channel_timeout=60, connection_limit=1000)
+                                   ident="wakeline", channel_timeout=60, connection_limit=1000,
+                                   channel_request_lookahead=1)
             self._unix = _UnixServer(app, map=self._map, dispatcher=self._dispatcher,
                                      adj=unix_adj)
         self._thread = threading.Thread(target=self._server.run, name=f"{name}-loop", daemon=True)
