@@ -106,6 +106,7 @@ class Service:
     ticker: Ticker
     matrix: Any = None  # MatrixRoutes, with [matrix.connections.*] (decision 0024)
     discord: Any = None  # DiscordService, with a bot token (decision 0023)
+    control: ControlPart | None = None  # the owner's control page (decision 0037)
     stopped: bool = False
 
     @property
@@ -228,7 +229,8 @@ def build_service(
                               discord, ingress, operator, control) if p is not None)
     service = Service(config, clock, store, secrets, metrics, tokens, Inbox(store), parts,
                       journal, linear, turns, admission, ingress, operator,
-                      Ticker(parts.tick, tick_seconds), matrix=matrix, discord=discord)
+                      Ticker(parts.tick, tick_seconds), matrix=matrix, discord=discord,
+                      control=control)
     operator.mount(create_operator_app(
         config, store, service.inbox, tokens, clock, metrics, OperatorParts(
             supervisor=turns.supervisor, live_turns=turns.env.live, settled=turns.env.settled,
