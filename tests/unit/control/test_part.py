@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.conftest import OPERATOR_TOKEN
+from tests.conftest import OPERATOR_TOKEN, comment_event, deliver
 from wakeline.agents.streams import (
     PlanStep,
     PlanUpdate,
@@ -17,12 +17,15 @@ from wakeline.agents.streams import (
     ToolFinished,
     ToolStarted,
 )
-from wakeline.clock import SystemClock
+from wakeline.clock import SystemClock, to_ms
 from wakeline.config import Config
 from wakeline.control.board import Board
 from wakeline.control.page import Pages
 from wakeline.control.part import ControlPart
 from wakeline.models.store import Store
+from wakeline.models.schema import INBOX_CONVERSATION_ID
+from wakeline.models.views import list_conversations
+from wakeline.providers.matrix.approvals import ApprovalsService
 from wakeline.service.events import Events
 from wakeline.turns.progress import TurnProgress
 from wakeline.turns.tokens import TokenRegistry
@@ -89,3 +92,33 @@ def test_the_page_escapes_what_agents_and_linear_wrote() -> None:
     html = Pages().page(board)
     assert evil not in html and "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in html
     assert 'src="/control/static/control.js"' in html and "http" not in html.split("<body>")[0]
+
+
+def test_what_waits_for_the_owner_is_announced_and_listed(config: Config, store: Store,
+                                                         ingress: Any, frozen: Any) -> None:
+    clock = SystemClock()
+    for n in (1, 2):  # two issue-route conversations
+        body = comment_event(f"issue-{n}", f"OPS-{n}")
+        body["data"]["issue"]["team"] = {"key": "OPS"}
+        deliver(ingress, body)
+    one, two = sorted(c["id"] for c in list_conversations(store, limit=10)
+                      if c["id"] != INBOX_CONVERSATION_ID)
+    approvals = ApprovalsService(store, clock, send=lambda approval: None)
+    part = ControlPart(config, store, clock, TokenRegistry(OPERATOR_TOKEN), [SECRET], Events(),
+                       approvals=approvals)
+    first = part.feed.newest
+    approval = approvals.propose(connection="me", route="ops", conversation_id=one,
+                                 room_id="!room:example.org", body="<i>hello</i>", turn_id=None)
+    now = to_ms(clock.now())
+    store.gates.request(two, now)
+    assert store.gates.posted(two, 1, "1. Reproduce\n2. Fix", "comment-1", now)
+    (change,) = part.feed.since(first) or []
+    assert change.kind == "waiting" and json.loads(change.json())["approval"] == approval.id
+
+    board = part.board(None)
+    assert [a["id"] for a in board.approvals] == [approval.id]
+    assert [(p["conversation"], p["rev"], p["plan"]) for p in board.plans] == [
+        (two, 1, "1. Reproduce\n2. Fix")]
+    html = Pages().page(board)
+    assert f'data-post="/v1/approvals/{approval.id}/approve"' in html
+    assert "&lt;i&gt;hello&lt;/i&gt;" in html and "approve it in Linear" in html
