@@ -129,11 +129,6 @@ class Feed:
         with self._cond:
             self._streams -= 1
 
-    def nudge(self) -> None:
-        """Wake every waiting reader to look at the time (a heartbeat, a test's clock)."""
-        with self._cond:
-            self._cond.notify_all()
-
     def close(self) -> None:
         """No more waiting: the service stops, and open streams end at once."""
         with self._cond:

@@ -18,7 +18,6 @@ from itsdangerous import BadData, URLSafeSerializer
 from wakeline.clock import Clock, to_ms
 from wakeline.turns.tokens import Lane, TokenRegistry
 
-COOKIE = "wakeline_session"
 SALT = "wakeline.control.session"
 # Sessions kept at once; signing in past it ends the oldest (each browser signs in once).
 SESSIONS_MAX = 64
