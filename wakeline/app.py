@@ -201,7 +201,7 @@ def build_service(
     operator = Listener(None, host=server.operator_host, port=server.operator_port,
                         threads=server.threads, max_body_bytes=server.max_body_bytes,
                         name="operator", unix_socket=str(sandbox.api_socket)
-                        if sandbox.api_socket is not None else None)
+                        if sandbox.api_socket is not None else None, watch_clients=True)
     admission = AdmissionPart(config, store, clock, router, events)
     linear = LinearPart(config, secrets, clock, store, shared_database=shared, metrics=metrics,
                         recorder=recorder, router=router, workflow=workflow, people=people,

@@ -109,3 +109,14 @@ def test_the_pages_actions_reach_the_routes_404_409_and_a_foreign_post_changes_n
     assert foreign.status_code == 403 and foreign.json()["error"] == "action_refused"
     after = http.get(url + f"/v1/conversations/{cid}", timeout=10).json()
     assert all(f.get("completion") != "abandoned" for f in after["fifo"])
+
+
+def test_a_page_that_closes_gives_its_thread_back(service: Service) -> None:
+    assert service.control is not None
+    feed = service.control.feed
+    with ExitStack() as stack:
+        page = open_feed(stack, service.operator.url)
+        wait_until(lambda: feed.streams == 1)
+        page.close()
+        # Seen by waitress while the stream waits (no write needed): within a second or so.
+        wait_until(lambda: feed.streams == 0, timeout=5)
