@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/all.py [--quick]      (what `make bench` runs)
 
-Runs `ingest.py`, `turns.py`, `sessions.py`, `progress.py`, `discord.py`, `inbox.py`,
+Runs `ingest.py`, `turns.py`, `sessions.py`, `progress.py`, `control.py`, `discord.py`, `inbox.py`,
 `journal.py` and `hosts.py` one after the other (each starts its own servers on loopback and cleans up), keeps their whole output
 in `bench/last-run/`, and prints the figures that matter. Ratios are wakeline over its
 baseline for rates (higher is better) and for times (lower is better), as the column says.
@@ -108,6 +108,13 @@ def main() -> int:
                  *cpu.groups()))
     rows.append(("progress", f"Linear requests, 1,000 tool calls in {req.group(1)} s (baseline: the "
                  "bound)", req.group(2), req.group(3), req.group(4)))
+
+    text = run("control.py", *(["--turns", "2", "--calls", "40"] if quick else []))
+    feed = re.search(r"\| printed → on the feed p99, ms \| ([\d.]+) \| ([\d.]+) \|", text)
+    assert feed is not None, f"see {OUT}"
+    rows.append(("control", "tool call printed → on the page's feed p99, ms (target < 200; "
+                 "baseline: the agent's pipe)", feed.group(1), feed.group(2),
+                 f"{float(feed.group(1)) / max(float(feed.group(2)), 0.1):.1f}"))
 
     text = run("discord.py", *(["--issues", "20"] if quick else []))
     hook = number(r"\[1\] webhook -> agent start, n=\d+ .*?p99 ([\d.]+) ms", text)

@@ -25,6 +25,7 @@ from wakeline.admission.part import AdmissionPart
 from wakeline.admission.router import Router
 from wakeline.clock import Clock, SystemClock
 from wakeline.config import Config, route_repos
+from wakeline.control.part import ControlPart
 from wakeline.errors import ConfigError
 from wakeline.http.ingress import create_ingress_app
 from wakeline.http.operator import OperatorParts, create_operator_app
@@ -105,6 +106,7 @@ class Service:
     ticker: Ticker
     matrix: Any = None  # MatrixRoutes, with [matrix.connections.*] (decision 0024)
     discord: Any = None  # DiscordService, with a bot token (decision 0023)
+    control: ControlPart | None = None  # the owner's control page (decision 0037)
     stopped: bool = False
 
     @property
@@ -201,7 +203,7 @@ def build_service(
     operator = Listener(None, host=server.operator_host, port=server.operator_port,
                         threads=server.threads, max_body_bytes=server.max_body_bytes,
                         name="operator", unix_socket=str(sandbox.api_socket)
-                        if sandbox.api_socket is not None else None)
+                        if sandbox.api_socket is not None else None, watch_clients=True)
     admission = AdmissionPart(config, store, clock, router, events)
     linear = LinearPart(config, secrets, clock, store, shared_database=shared, metrics=metrics,
                         recorder=recorder, router=router, workflow=workflow, people=people,
@@ -219,18 +221,24 @@ def build_service(
     discord = discord_part(config, secrets, clock, store, admission, turns, recorder, events,
                            engine, discord_tuning, matrix.approvals if matrix else None)
 
+    # After the operator listener, so it stops first: its open feeds end before the listener
+    # waits out its requests.
+    control = ControlPart(config, store, clock, tokens, secrets.values(), events,
+                          approvals=matrix.approvals if matrix else None)
     ingress.mount(create_ingress_app(config, linear.webhooks, admission.writer, clock, metrics,
                                      router))
     parts = Parts(p for p in (journal, sandbox, linear, echo, turns, admission, engine, matrix,
-                              discord, ingress, operator) if p is not None)
+                              discord, ingress, operator, control) if p is not None)
     service = Service(config, clock, store, secrets, metrics, tokens, Inbox(store), parts,
                       journal, linear, turns, admission, ingress, operator,
-                      Ticker(parts.tick, tick_seconds), matrix=matrix, discord=discord)
+                      Ticker(parts.tick, tick_seconds), matrix=matrix, discord=discord,
+                      control=control)
     operator.mount(create_operator_app(
         config, store, service.inbox, tokens, clock, metrics, OperatorParts(
             supervisor=turns.supervisor, live_turns=turns.env.live, settled=turns.env.settled,
             linear=linear, echo_memory=echo.actor, journal=journal.entries, matrix=matrix,
-            hosts=engine.hosts, sandbox=sandbox, checks=service.checks), secrets))
+            hosts=engine.hosts, sandbox=sandbox, checks=service.checks, control=control),
+        secrets))
     return service
 
 

@@ -458,6 +458,14 @@ def _default_routes() -> list[RouteConfig]:
     return [RouteConfig(name="default", teams=["ENG"])]
 
 
+class ControlConfig(_Section):
+    """The owner's control page (`GET /control` on the operator port, CONTRACT section 13)."""
+
+    session_hours: float = Field(
+        12.0, gt=0, le=720, description="How long a sign-in to the control page lasts; the "
+        "page then asks for the operator token again.")
+
+
 class Config(_Section):
     """The whole configuration. `base_dir` anchors every relative path."""
 
@@ -479,6 +487,8 @@ class Config(_Section):
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Past one host.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig,
                                    description="How turns are confined.")
+    control: ControlConfig = Field(default_factory=ControlConfig,
+                                   description="The owner's control page.")
     routes: list[RouteConfig] = Field(
         default_factory=_default_routes, description="Routes; any [[routes]] replaces the default."
     )

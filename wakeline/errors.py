@@ -94,6 +94,14 @@ class LaneRefused(WakelineError):
     code = "lane_refused"
 
 
+class ActionRefused(WakelineError):
+    """A state-changing request carried the control page's cookie but not the marks of the
+    page itself (`Sec-Fetch-Site: same-origin` or the page's `Origin`, and
+    `X-Wakeline-Action: 1`): another site may have sent it. Nothing changed."""
+
+    code = "action_refused"
+
+
 class NotFound(WakelineError):
     """The named resource does not exist."""
 

@@ -469,8 +469,9 @@ class ConversationActor(pykka.ThreadingActor):
         self._supervisor.turn_ended.defer(self.conversation_id, self._next_step)
 
     def _progress_of(self, turn: ClaimedTurn, sessions: Sequence[str]) -> TurnProgress:
-        """Where this turn's progress goes: its sessions (if progress is on), the journal, and
-        the conversation's record of the agent's own session."""
+        """Where this turn's progress goes: its sessions (if progress is on), the journal, the
+        service's `progress` event (the control page), and the conversation's record of the
+        agent's own session."""
         env = self._env
         seq = itertools.count(1)
         store, cid = env.store, turn.conversation_id
@@ -479,7 +480,8 @@ class ConversationActor(pykka.ThreadingActor):
             env.progress_to_linear if env.config.agent.progress else None,
             remember_session=lambda sid: (store.relax_durability(),  # bookkeeping: 0017
                                           store.fifo.set_runner_session(cid, sid)),
-            journal=lambda stage, text: env.journal_progress(turn, next(seq), stage, text))
+            journal=lambda stage, text: env.journal_progress(turn, next(seq), stage, text),
+            shown=lambda events: env.events.progress(turn, events))
 
 
 class _PlanMoot(Exception):

@@ -20,6 +20,7 @@ STATUS: dict[type[e.WakelineError], int] = {
     e.Unavailable: 503,
     e.Unauthorized: 401,
     e.LaneRefused: 403,
+    e.ActionRefused: 403,
     e.NotFound: 404,
     e.BadRequest: 400,
     e.NotShown: 409,

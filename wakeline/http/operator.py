@@ -16,6 +16,7 @@ from wakeline.clock import Clock, iso
 from wakeline.config import Config
 from wakeline.errors import BadRequest
 from wakeline.http import (
+    control,
     conversations,
     doctor,
     effects,
@@ -42,6 +43,7 @@ from wakeline.service.parts import Check
 from wakeline.turns.tokens import Lane, TokenRegistry
 
 if TYPE_CHECKING:
+    from wakeline.control.part import ControlPart
     from wakeline.journal.entries import JournalStore
     from wakeline.providers.linear.part import LinearPart
     from wakeline.providers.matrix.part import MatrixRoutes
@@ -219,6 +221,7 @@ class OperatorParts:
     hosts: Callable[[], list[HostView]] | None = None  # hosts sharing the work (engine "dbos")
     sandbox: Sandbox | None = None
     checks: Callable[[], list[Check]] | None = None  # every doctor item of the service
+    control: ControlPart | None = None  # the owner's control page, its sessions and feed
 
 
 def create_operator_app(config: Config, store: Store, inbox: Inbox, tokens: TokenRegistry,
@@ -229,7 +232,8 @@ def create_operator_app(config: Config, store: Store, inbox: Inbox, tokens: Toke
     tracker = linear_part.tracker if linear_part is not None else None
     credential = linear_part.credential if linear_part is not None else None
     app = falcon.App(media_type=falcon.MEDIA_JSON,
-                     middleware=[BearerAuth(tokens), ReleaseReadCache(store)])
+                     middleware=[BearerAuth(tokens, parts.control.sessions if parts.control
+                                            else None), ReleaseReadCache(store)])
     errors.install(app)
     app.add_route("/healthz", Health())
     app.add_route("/metrics", MetricsPage(metrics))
@@ -252,4 +256,5 @@ def create_operator_app(config: Config, store: Store, inbox: Inbox, tokens: Toke
                       else linear_checks(config, store, None, None)[0])
     journal_routes.add_routes(app, parts.journal)
     matrix_routes.add_routes(app, parts.matrix)
+    control.add_routes(app, parts.control)
     return app

@@ -75,6 +75,9 @@ class Listener:
         name: thread name prefix, for logs and thread dumps.
         unix_socket: also serve on this Unix socket (owner-only), with the same threads
             (confined turns reach the operator API through it: decision 0034).
+        watch_clients: keep reading a connection while its request runs, so a request sees
+            its client leave (`waitress.client_disconnected`): the operator API's event
+            streams give their thread back within a second of their page closing.
 
 
         name: thread name prefix (`<name>-loop`, `<name>-request-<n>`), for logs and
@@ -83,7 +86,7 @@ class Listener:
 
     def __init__(
         self, app: Any, *, host: str, port: int, threads: int, max_body_bytes: int, name: str,
-        unix_socket: str | None = None,
+        unix_socket: str | None = None, watch_clients: bool = False,
     ) -> None:
         adj = Adjustments(
             host=host,
@@ -95,6 +98,7 @@ class Listener:
             channel_timeout=60,
             connection_limit=1000,
             clear_untrusted_proxy_headers=False,
+            channel_request_lookahead=int(watch_clients),
         )
         self._dispatcher = _NamedDispatcher(name)
         self._dispatcher.set_thread_count(threads)
@@ -105,7 +109,8 @@ class Listener:
             # In the same map: the one loop thread serves both sockets.
             unix_adj = Adjustments(unix_socket=unix_socket, unix_socket_perms="600",
                                    threads=threads, max_request_body_size=max_body_bytes + 1,
-                                   ident="wakeline", channel_timeout=60, connection_limit=1000)
+                                   ident="wakeline", channel_timeout=60, connection_limit=1000,
+                                   channel_request_lookahead=int(watch_clients))
             self._unix = _UnixServer(app, map=self._map, dispatcher=self._dispatcher,
                                      adj=unix_adj)
         self._thread = threading.Thread(target=self._server.run, name=f"{name}-loop", daemon=True)

@@ -71,6 +71,12 @@ class PlanGates:
         row = self._t.plan_gates.get_or_none(self._t.plan_gates.conversation_id == conversation_id)
         return replace(NO_GATE, conversation_id=conversation_id) if row is None else _gate(row)
 
+    def awaiting(self, limit: int) -> list[Gate]:
+        """Plans that wait for a person's approval, the longest waiting first."""
+        g = self._t.plan_gates
+        rows = g.select().where(g.phase == Phase.AWAITING.value).order_by(g.updated_at).limit(limit)
+        return [_gate(row) for row in rows]
+
     def request(self, conversation_id: str, now: int) -> None:
         """A person asked for a plan: every approval (and the lease) is withdrawn."""
         self._put(conversation_id, now, phase=Phase.PLANNING.value, approved_rev=None,

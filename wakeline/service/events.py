@@ -49,7 +49,9 @@ class Events:
             Matrix page): woken, and their control threads reconciled.
         turn_started: `(turn, confinement)`; turn_finished: `(finished)`; turn_failed:
             `(turn, error, stalled)`; lifecycle: `(conversation id, event, text)` of the
-            turns' side (a reset, an abandon, a plan posted).
+            turns' side (a reset, an abandon, a plan posted); progress: `(turn, events)`, a
+            running turn's progress events as they come (a stream reader's line on the runner
+            thread, a posted event on a request thread).
     """
 
     admitted: Hook[[list[tuple[Any, Any]]]] = field(default_factory=lambda: Hook("admitted"))
@@ -59,3 +61,4 @@ class Events:
     turn_finished: Hook[[Any]] = field(default_factory=lambda: Hook("turn_finished"))
     turn_failed: Hook[[Any, str, bool]] = field(default_factory=lambda: Hook("turn_failed"))
     lifecycle: Hook[[str, str, str]] = field(default_factory=lambda: Hook("lifecycle"))
+    progress: Hook[[Any, list[Any]]] = field(default_factory=lambda: Hook("progress"))

@@ -5,8 +5,9 @@ request thread) both hand events to the turn's `TurnProgress`. It remembers the
 agent's own session id at once (the next turn, or this one's retry, resumes it),
 keeps the options the agent offered for its question, sends the rest to the turn's
 Linear agent sessions through the tracker (throttled there, `agent.progress = true`
-only) and journals thoughts, plans and links (tool calls are too many to journal one
-by one). It never raises: progress is a courtesy, and a turn's answer never depends on it.
+only), shows every event to the owner's control page (`shown`), and journals thoughts,
+plans and links (tool calls are too many to journal one by one). It never raises:
+progress is a courtesy, and a turn's answer never depends on it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class TurnProgress:
     to_linear: Callable[[list[str], list[Item]], None] | None  # None: progress stays local
     remember_session: Callable[[str], None]
     journal: Callable[[str, str], None]  # (stage, text)
+    shown: Callable[[list[ProgressEvent]], None] = lambda events: None  # the control page's feed
     options: tuple[Option, ...] = ()
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _linked: set[str] = field(default_factory=set, repr=False)
@@ -75,6 +77,7 @@ class TurnProgress:
 
     def _offer(self, events: Sequence[ProgressEvent]) -> None:
         events = [e for e in events if not isinstance(e, LinkFound) or self._new_link(e.url)]
+        self.shown(events)
         for event in events:
             if isinstance(event, SessionStarted):
                 self.remember_session(event.id)

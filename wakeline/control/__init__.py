@@ -1,0 +1,1 @@
+"""The owner's control page (CONTRACT section 13): its part, feed, sessions and templates."""
