@@ -31,7 +31,7 @@ from tests.helpers import StoreShell, wait_until
 from tests.support.synapse import Homeserver, Registered, unique_name
 from wakeline.app import Service, build_service
 from wakeline.config import Config
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.secrets import Secrets
 
 DEVICE_ID = "WAKELINE"

@@ -20,7 +20,7 @@ from tests.conftest import LINEAR_KEY, OPERATOR_TOKEN
 from tests.helpers import free_port
 from wakeline.clock import SystemClock
 from wakeline.errors import PossiblyDispatched, ProviderRejected
-from wakeline.commands.net import is_loopback
+from wakeline.service.net import is_loopback
 from wakeline.providers.linear.client import LinearClient, RequestBudget
 from wakeline.providers.linear.credentials import StaticCredential
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import requests
 
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.config import Config
 from wakeline.secrets import read_secret_file
 

@@ -29,7 +29,7 @@ from wakeline.commands.base import (
     pass_ctx,
 )
 from wakeline.commands.client import ApiError, NoToken, OperatorClient, Unreachable
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.commands.operate import journal_line
 from wakeline.errors import ConfigError
 

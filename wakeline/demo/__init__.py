@@ -25,7 +25,7 @@ from pydantic import SecretStr
 
 from wakeline.app import build_service, prepare_state
 from wakeline.clock import to_ms
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.config import load_config
 from wakeline.models.views import list_conversations
 from wakeline.providers.linear.signature import sign

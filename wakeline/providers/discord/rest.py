@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import requests
 
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.errors import (
     DiscordRateLimited,
     DiscordRejected,

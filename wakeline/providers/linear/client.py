@@ -20,7 +20,7 @@ from typing import Any
 import requests
 
 from wakeline.clock import Clock
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.errors import (
     BudgetExhausted,
     LinearAuthUnavailable,

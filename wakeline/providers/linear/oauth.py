@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 import requests
 
 from wakeline.clock import Clock, to_ms
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.secrets import redact
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import requests
 import urllib3
 
-from wakeline.commands.net import http_session
+from wakeline.service.net import http_session
 from wakeline.errors import LinearAuthUnavailable, UploadFailed
 from wakeline.providers.linear.credentials import Credential
 
