@@ -109,6 +109,13 @@ def test_agents_never_name_a_provider_and_the_store_knows_no_layer_above_it() ->
             assert not any(w.startswith(above) for w in wanted), (name, wanted)
 
 
+def test_only_the_cli_imports_the_cli_package() -> None:
+    # The service's layers are used by the CLI, never the other way round.
+    for name, wanted in imports(modules()).items():
+        if not name.startswith("wakeline.commands") and name != "wakeline.cli":
+            assert not any(w.startswith("wakeline.commands") for w in wanted), (name, wanted)
+
+
 def test_only_http_imports_falcon() -> None:
     for name, path in modules().items():
         if not name.startswith("wakeline.http"):
