@@ -164,6 +164,8 @@ def kill_while(db: Path, doing: str, rng: random.Random) -> None:
             assert time.monotonic() < deadline, f"the child never got to {doing}"
         else:
             raise AssertionError(f"the child ended before {doing}")
+        # Not a wait for an outcome: where the kill lands inside the step is the variable
+        # under test, drawn from the test's seeded generator.
         time.sleep(rng.uniform(0, 0.02))
     finally:
         child.send_signal(signal.SIGKILL)

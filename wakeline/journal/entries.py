@@ -151,9 +151,21 @@ class Page:
                 "oldest": self.oldest, "newest": self.newest}
 
 
+def check_page(limit: int, older: int | None, newer: int | None) -> None:
+    """What every backend's `page` accepts.
+
+    Raises:
+        ValueError: `limit` outside 1..PAGE_MAX, or `older` with `newer`.
+    """
+    if not 1 <= limit <= PAGE_MAX:
+        raise ValueError(f"limit must be between 1 and {PAGE_MAX}")
+    if older is not None and newer is not None:
+        raise ValueError("older and newer cannot be combined")
+
+
 class JournalStore(Protocol):
-    """Where entries are kept: a file on one host (`JournalFile`), a table of the shared
-    database for several (`models.journal_table.JournalTable`)."""
+    """Where entries are kept: a file on one host (`journal.file.JournalFile`), a table of
+    the shared database for several (`journal.table.JournalTable`)."""
 
     @property
     def is_open(self) -> bool:

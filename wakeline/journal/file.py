@@ -27,7 +27,7 @@ from wakeline.journal.entries import (
     KEEP_DAYS,
     KEEP_ENTRIES,
     NEVER,
-    PAGE_MAX,
+    check_page,
     SINCE,
     Kept,
     Note,
@@ -299,10 +299,7 @@ class JournalFile:
              newer: int | None = None) -> Page:
         """The newest `limit` visible entries, or those just before `older` / just after
         `newer`; oldest first either way."""
-        if not 1 <= limit <= PAGE_MAX:
-            raise ValueError(f"limit must be between 1 and {PAGE_MAX}")
-        if older is not None and newer is not None:
-            raise ValueError("older and newer cannot be combined")
+        check_page(limit, older, newer)
         with self._cond:
             if self._fd is None:
                 raise Unavailable("the journal is not open")

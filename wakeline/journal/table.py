@@ -26,7 +26,7 @@ from wakeline.journal.entries import (
     DAY_MS,
     KEEP_DAYS,
     KEEP_ENTRIES,
-    PAGE_MAX,
+    check_page,
     Note,
     Page,
     dumps_entry,
@@ -147,10 +147,7 @@ class JournalTable:
              newer: int | None = None) -> Page:
         """The newest `limit` visible entries, or those just before `older` / just after
         `newer`; oldest first either way."""
-        if not 1 <= limit <= PAGE_MAX:
-            raise ValueError(f"limit must be between 1 and {PAGE_MAX}")
-        if older is not None and newer is not None:
-            raise ValueError("older and newer cannot be combined")
+        check_page(limit, older, newer)
         if not self._open:
             raise Unavailable("the journal is not open")
         cutoff = to_ms(self._clock.now()) - self._keep_ms
